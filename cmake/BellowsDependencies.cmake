@@ -1,0 +1,27 @@
+# Finds bellows' dependencies. LibTorch comes from the PyPI wheel (scripts/setup.sh puts its
+# share/cmake on CMAKE_PREFIX_PATH); everything else from Debian's -dev packages.
+if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+# LibTorch's Caffe2 config looks up the CUDA toolkit; without a GPU it cannot detect an architecture.
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+endif()
+find_package(Torch REQUIRED)
+include(BellowsTorchRuntime)  # defines: bellows::torch_runtime, bellows::cudart
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+
+# LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
+# include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.
+set(BELLOWS_FMT_DEFINITIONS FMT_HEADER_ONLY=1)
+
+set(BELLOWS_HAVE_CUDA OFF)
+if(BELLOWS_WITH_CUDA)
+  if(TARGET torch_cuda AND TARGET bellows::cudart)
+    set(BELLOWS_HAVE_CUDA ON)
+  else()
+    message(WARNING "BELLOWS_WITH_CUDA is ON but LibTorch has no CUDA (torch_cuda) or the toolkit is missing; building CPU-only")
+  endif()
+endif()
+message(STATUS "bellows: LibTorch ${Torch_VERSION}, CUDA paths ${BELLOWS_HAVE_CUDA}")

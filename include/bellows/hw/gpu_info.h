@@ -1,0 +1,40 @@
+// What the CUDA devices offer, or why there are none usable. Filled by a GpuProbe (gpu_probe.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bellows::hw {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  std::int64_t total_memory_bytes = 0;
+  std::int64_t free_memory_bytes = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  bool bf16 = false;               // native bf16 tensor cores (sm_80+)
+  bool tf32 = false;               // TF32 tensor-core matmul (sm_80+)
+  bool fp16_tensor_cores = false;  // fp16 tensor cores (sm_70+)
+  bool arch_supported = false;     // LibTorch has kernels that run here (same major, minor <= device's)
+};
+
+// Tensor-core features from the compute capability (NVIDIA's CUDA programming guide), and whether LibTorch's
+// compiled architectures ("8.0", "8.6", "9.0", ...) include one this device runs: a cubin for sm_XY runs on
+// devices of the same major version and minor >= Y.
+void derive_gpu_features(GpuInfo& gpu, const std::vector<std::string>& arch_list);
+
+struct CudaInfo {
+  bool compiled = false;  // bellows and LibTorch were built with CUDA
+  bool usable = false;    // at least one device can run kernels
+  std::string reason;     // when not usable: why, in one line
+  std::string driver_version;   // e.g. "13.0" (the driver's supported CUDA version)
+  std::string runtime_version;  // CUDA runtime loaded
+  std::string cudnn_version;
+  std::string nccl_version;
+  std::vector<GpuInfo> gpus;
+};
+
+}  // namespace bellows::hw

@@ -1,0 +1,126 @@
+// Measures the ceilings that MFU and bandwidth figures divide by, through LibTorch itself: dense matmul
+// throughput per precision and memory-copy bandwidth, on the CPU and on each usable GPU.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <functional>
+
+#include "bellows/hw/hardware_info.h"
+#include "bellows/hw/peaks.h"
+#include "bellows/util/check.h"
+
+namespace bellows::hw {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Timing {
+  double seconds_per_op = 0;
+  std::int64_t ops = 0;
+};
+
+// Best (smallest) time per op over `trials` windows of at least min_seconds/trials each, after a warm-up.
+Timing best_time(const std::function<void()>& op, const std::function<void()>& sync, const MeasureOptions& opt) {
+  op();
+  sync();
+  Timing best{1e30, 0};
+  const double window = opt.min_seconds / std::max(opt.trials, 1);
+  for (int t = 0; t < std::max(opt.trials, 1); ++t) {
+    std::int64_t n = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      op();
+      ++n;
+      sync();
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < window);
+    if (elapsed / n < best.seconds_per_op) best = {elapsed / n, n};
+    best.ops = std::max(best.ops, n);
+  }
+  return best;
+}
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return std::string(c10::toString(t));
+  }
+}
+
+PeakMeasurement measure_matmul(const at::Device& device, at::ScalarType dtype, const std::function<void()>& sync,
+                               const MeasureOptions& opt, const std::string& name_suffix, const std::string& note) {
+  const std::int64_t n = opt.matmul_size;
+  const auto options = at::TensorOptions().device(device).dtype(dtype);
+  at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options), c = at::empty({n, n}, options);
+  const Timing t = best_time([&] { at::mm_out(c, a, b); }, sync, opt);
+  const double flops = 2.0 * static_cast<double>(n) * n * n;
+  PeakMeasurement m;
+  m.name = "matmul_" + dtype_name(dtype) + name_suffix;
+  m.device = device.str();
+  m.value = flops / t.seconds_per_op / 1e9;
+  m.unit = "GFLOP/s";
+  m.method = fmt::format("at::mm_out on {}x{} {} matrices ({:.1f} GFLOP each){}, best of {} windows of >= {:.2f} s after a warm-up",
+                         n, n, dtype_name(dtype), flops / 1e9, note, opt.trials, opt.min_seconds / opt.trials);
+  return m;
+}
+
+PeakMeasurement measure_copy(const at::Device& device, const std::function<void()>& sync, const MeasureOptions& opt) {
+  const std::int64_t elements = opt.copy_bytes / 4;
+  const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
+  at::Tensor src = at::ones({elements}, options), dst = at::empty({elements}, options);
+  const Timing t = best_time([&] { dst.copy_(src); }, sync, opt);
+  PeakMeasurement m;
+  m.name = "memory_copy";
+  m.device = device.str();
+  m.value = 2.0 * static_cast<double>(opt.copy_bytes) / t.seconds_per_op / 1e9;
+  m.unit = "GB/s";
+  m.method = fmt::format("Tensor::copy_ between two {} MiB fp32 buffers, counting bytes read + written (2 x {} MiB per copy), best of {} windows",
+                         opt.copy_bytes >> 20, opt.copy_bytes >> 20, opt.trials);
+  return m;
+}
+
+}  // namespace
+
+std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const MeasureOptions& opt) {
+  BELLOWS_CHECK_USAGE(opt.matmul_size > 0 && opt.copy_bytes >= 4 && opt.min_seconds > 0 && opt.trials > 0,
+                      fmt::format("invalid measurement options (matmul_size={}, copy_bytes={}, min_seconds={}, trials={})",
+                                  opt.matmul_size, opt.copy_bytes, opt.min_seconds, opt.trials),
+                      "use positive sizes, time and trial count");
+  std::vector<PeakMeasurement> peaks;
+  const auto no_sync = [] {};
+  const std::string threads = fmt::format(", {} intra-op thread(s)", at::get_num_threads());
+  const at::Device cpu(at::kCPU);
+  peaks.push_back(measure_matmul(cpu, at::kFloat, no_sync, opt, "", threads));
+  peaks.push_back(measure_matmul(cpu, at::kBFloat16, no_sync, opt, "", threads));
+  peaks.push_back(measure_copy(cpu, no_sync, opt));
+
+  if (!info.cuda.usable) return peaks;
+  for (const auto& gpu : info.cuda.gpus) {
+    if (!gpu.arch_supported) continue;
+    const auto index = static_cast<c10::DeviceIndex>(gpu.index);
+    const at::Device device(at::kCUDA, index);
+    const auto sync = [index] { at::detail::getCUDAHooks().deviceSynchronize(index); };
+    auto& ctx = at::globalContext();
+    const bool tf32_before = ctx.allowTF32CuBLAS();
+    ctx.setAllowTF32CuBLAS(false);
+    peaks.push_back(measure_matmul(device, at::kFloat, sync, opt, "", ", TF32 off"));
+    if (gpu.tf32) {
+      ctx.setAllowTF32CuBLAS(true);
+      peaks.push_back(measure_matmul(device, at::kFloat, sync, opt, "_tf32", ", TF32 on"));
+    }
+    ctx.setAllowTF32CuBLAS(tf32_before);
+    if (gpu.bf16) peaks.push_back(measure_matmul(device, at::kBFloat16, sync, opt, "", ""));
+    if (gpu.fp16_tensor_cores) peaks.push_back(measure_matmul(device, at::kHalf, sync, opt, "", ""));
+    peaks.push_back(measure_copy(device, sync, opt));
+  }
+  return peaks;
+}
+
+}  // namespace bellows::hw

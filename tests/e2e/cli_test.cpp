@@ -1,0 +1,127 @@
+// End-to-end: runs the built `bellows` executable and checks its output and exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bellows/hw/hardware_info.h"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result run_bellows(const std::string& args) {
+  // ctest runs tests in parallel processes: name the capture files after this process.
+  static int calls = 0;
+  const auto dir = std::filesystem::path(::testing::TempDir());
+  const std::string stem = "bellows_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
+  const auto out = dir / (stem + ".out"), err = dir / (stem + ".err");
+  const std::string cmd = std::string("'") + BELLOWS_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+TEST(Cli, NoArgumentsListsSubcommands) {
+  const Result r = run_bellows("");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("hw"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Exit codes"), std::string::npos) << r.out;
+}
+
+TEST(Cli, HelpListsSubcommands) {
+  const Result r = run_bellows("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("hw"), std::string::npos);
+  EXPECT_NE(r.out.find("Report the CPU"), std::string::npos);
+}
+
+TEST(Cli, Version) {
+  const Result r = run_bellows("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("bellows " BELLOWS_EXPECTED_VERSION), std::string::npos) << r.out;
+}
+
+TEST(Cli, UnknownSubcommandSuggestsAndExits2) {
+  const Result r = run_bellows("hx");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command 'hx'; did you mean 'hw'?"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Cli, UnknownSubcommandWithoutCloseMatch) {
+  const Result r = run_bellows("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UnknownFlagSuggestsAndExits2) {
+  const Result r = run_bellows("hw --jsn");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown option '--jsn' for 'bellows hw'; did you mean '--json'?"), std::string::npos) << r.err;
+  const Result top = run_bellows("--verison");
+  EXPECT_EQ(top.code, 2);
+  EXPECT_NE(top.err.find("did you mean '--version'?"), std::string::npos) << top.err;
+}
+
+TEST(Cli, BadOptionValueExits2) {
+  const Result r = run_bellows("hw --measure --matmul-size 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("matmul-size"), std::string::npos) << r.err;
+}
+
+TEST(Cli, HwTextNamesTheMachine) {
+  const Result r = run_bellows("hw");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto& info = bellows::hw::HardwareInfo::get();
+  EXPECT_NE(r.out.find(info.cpu.model_name), std::string::npos);
+  EXPECT_NE(r.out.find("Recommendations"), std::string::npos);
+  if (!info.cuda.usable) EXPECT_NE(r.out.find("runs on the CPU"), std::string::npos);
+}
+
+TEST(Cli, HwJsonAgreesWithInProcessProbe) {
+  const Result r = run_bellows("hw --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& info = bellows::hw::HardwareInfo::get();
+  EXPECT_EQ(doc["cpu"]["logical_cores"], info.cpu.logical_cores);
+  EXPECT_EQ(doc["cpu"]["physical_cores"], info.cpu.physical_cores);
+  EXPECT_EQ(doc["memory"]["total_bytes"], info.memory.total_bytes);
+  EXPECT_EQ(doc["torch"]["version"], info.torch.version);
+  EXPECT_EQ(doc["cuda"]["usable"], info.cuda.usable);
+  EXPECT_EQ(doc["cuda"]["reason"], info.cuda.reason);
+}
+
+TEST(Cli, HwMeasureReportsPeaksWithMethods) {
+  const Result r = run_bellows("hw --json --measure --matmul-size 128 --seconds 0.05");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_GE(doc["peaks"].size(), 3u);
+  for (const auto& p : doc["peaks"]) {
+    EXPECT_GT(p["value"].get<double>(), 0.0);
+    EXPECT_FALSE(p["method"].get<std::string>().empty());
+  }
+}
+
+}  // namespace

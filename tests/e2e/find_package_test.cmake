@@ -1,0 +1,32 @@
+# Installs the built bellows into a scratch prefix, then configures, builds and runs an outside project
+# (examples/cpp/find_package) that uses find_package(bellows) and links bellows::bellows.
+foreach(var BUILD_DIR SOURCE_DIR WORK_DIR TORCH_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "find_package_test.cmake needs -D${var}=...")
+  endif()
+endforeach()
+set(prefix ${WORK_DIR}/prefix)
+set(consumer ${WORK_DIR}/consumer)
+
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE ${prefix})
+run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+set(launcher)
+if(LAUNCHER)
+  set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
+endif()
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${consumer} -G Ninja ${launcher}
+  -DCMAKE_PREFIX_PATH=${prefix} -DTorch_DIR=${TORCH_DIR} -DCUDAToolkit_ROOT=${CUDAToolkit_ROOT})
+run_step(${CMAKE_COMMAND} --build ${consumer})
+run_step(${consumer}/bellows_consumer)
+if(NOT step_output MATCHES "logical cores: [1-9]")
+  message(FATAL_ERROR "unexpected consumer output:\n${step_output}")
+endif()
+message(STATUS "consumer ran:\n${step_output}")

@@ -1,0 +1,18 @@
+// A bellows subcommand: registers its options on a CLI11 subcommand and runs once they are parsed.
+// Each subcommand lives in its own cmd_<name>.cpp and is listed in main.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace bellows::cli {
+
+// Adds the subcommand to `app`; returns the action to run when it was selected.
+using Action = std::function<int()>;
+using Registrar = Action (*)(CLI::App& app);
+
+Action register_hw(CLI::App& app);
+
+}  // namespace bellows::cli

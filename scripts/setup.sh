@@ -52,14 +52,21 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# The verification result is remembered in a stamp file naming the pins, so later runs skip the slow import.
+stamp_text() { printf '%s\n' "torch==$BELLOWS_TORCH_VERSION" "cuda=$BELLOWS_CUDA_MAJOR" "${BELLOWS_PY_EXTRAS[@]}"; }
+
 install_torch() {
-  if [ -x "$BELLOWS_PYTHON" ] && verify_torch; then return 0; fi
+  local stamp="$BELLOWS_VENV/.bellows-verified"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(stamp_text)" ] && [ -x "$BELLOWS_PYTHON" ]; then return 0; fi
+  if [ -x "$BELLOWS_PYTHON" ] && verify_torch; then install_py_extras; stamp_text > "$stamp"; return 0; fi
   say "installing torch==$BELLOWS_TORCH_VERSION into $BELLOWS_VENV (a few GB, once per machine)"
   mkdir -p "$BELLOWS_CACHE"
   python3 -m venv "$BELLOWS_VENV"
   "$BELLOWS_VENV/bin/pip" install -q --progress-bar off --disable-pip-version-check \
     "torch==$BELLOWS_TORCH_VERSION" "${BELLOWS_PY_EXTRAS[@]}"
   verify_torch || die "torch in $BELLOWS_VENV failed verification (version $BELLOWS_TORCH_VERSION, C++11 ABI, CUDA $BELLOWS_CUDA_MAJOR)"
+  install_py_extras
+  stamp_text > "$stamp"
 }
 
 install_py_extras() {
@@ -73,9 +80,9 @@ install_py_extras() {
 install_apt_packages
 check_cuda_toolkit
 install_torch
-install_py_extras
 mkdir -p "$CCACHE_DIR"
-BELLOWS_TORCH_CMAKE=$("$BELLOWS_PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+BELLOWS_TORCH_CMAKE=$(echo "$BELLOWS_VENV"/lib/python3*/site-packages/torch/share/cmake)
+[ -f "$BELLOWS_TORCH_CMAKE/Torch/TorchConfig.cmake" ] || die "no TorchConfig.cmake under $BELLOWS_TORCH_CMAKE"
 export BELLOWS_TORCH_CMAKE
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -11,6 +11,7 @@ find_package(Torch REQUIRED)
 include(BellowsTorchRuntime)  # defines: bellows::torch_runtime, bellows::cudart
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+find_package(yaml-cpp REQUIRED)
 
 # LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
 # include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.

@@ -1,0 +1,73 @@
+// The declared shape of a configuration: every key with its type, default, allowed range or choices, and
+// help text. validate() checks a Config against it and reports, in one kConfig error, every unknown key
+// (with the closest valid key suggested), wrong type, out-of-range or not-allowed value and missing required
+// key, each with its origin (file:line). Typed getters read validated values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bellows/config/config.h"  // defines: Config, Origin
+
+namespace bellows::config {
+
+enum class Type { kBool, kInt, kDouble, kString, kStringList, kIntList, kDoubleList };
+
+struct KeySpec {
+  std::string key;  // dotted: "optim.lr"
+  Type type = Type::kString;
+  std::string help;
+  std::optional<YAML::Node> default_value;  // absent: no default
+  bool required = false;
+  std::optional<double> min, max;           // inclusive bounds for numbers (and list elements)
+  std::vector<std::string> choices;         // allowed values for strings (and string-list elements)
+};
+
+class Schema {
+ public:
+  // Chained builder: schema.add("optim.lr", Type::kDouble, "peak learning rate").min(0).default_value(1e-3);
+  class KeyBuilder {
+   public:
+    KeyBuilder& default_value(const YAML::Node& v);
+    KeyBuilder& required();
+    KeyBuilder& min(double v);
+    KeyBuilder& max(double v);
+    KeyBuilder& choices(std::vector<std::string> c);
+   private:
+    friend class Schema;
+    explicit KeyBuilder(KeySpec& spec) : spec_(spec) {}
+    KeySpec& spec_;
+  };
+  KeyBuilder add(const std::string& key, Type type, const std::string& help);
+
+  // Command-line flag spelling for a key: alias("--batch-size", "data.batch_size").
+  void alias(const std::string& flag, const std::string& key);
+  const std::map<std::string, std::string>& aliases() const { return aliases_; }
+
+  // Keys that may hold arbitrary sub-trees not described here (e.g. "model.args").
+  void allow_free_subtree(const std::string& prefix);
+
+  // Fills defaults into `config`, then checks it; throws one kConfig error listing every problem.
+  void validate(Config& config) const;
+
+  const std::map<std::string, KeySpec>& keys() const { return keys_; }
+
+ private:
+  std::map<std::string, KeySpec> keys_;
+  std::map<std::string, std::string> aliases_;
+  std::vector<std::string> free_subtrees_;
+};
+
+// Typed access to validated values; a missing key or wrong type raises a kConfig error with the origin.
+bool get_bool(const Config& config, const std::string& key);
+std::int64_t get_int(const Config& config, const std::string& key);
+double get_double(const Config& config, const std::string& key);
+std::string get_string(const Config& config, const std::string& key);
+std::vector<std::string> get_string_list(const Config& config, const std::string& key);
+std::vector<std::int64_t> get_int_list(const Config& config, const std::string& key);
+std::vector<double> get_double_list(const Config& config, const std::string& key);
+
+}  // namespace bellows::config

@@ -14,5 +14,7 @@ using Action = std::function<int()>;
 using Registrar = Action (*)(CLI::App& app);
 
 Action register_hw(CLI::App& app);
+Action register_train(CLI::App& app);
+Action register_config(CLI::App& app);
 
 }  // namespace bellows::cli

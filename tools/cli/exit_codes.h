@@ -11,6 +11,7 @@ inline constexpr int kExitUsage = 2;  // usage or configuration error
 inline constexpr int kExitData = 3;
 inline constexpr int kExitResource = 4;
 inline constexpr int kExitInterrupted = 5;
+inline constexpr int kExitSignal = 130;  // stopped by SIGINT/SIGTERM without a checkpoint (128 + SIGINT)
 
 constexpr int exit_code(ErrorKind kind) {
   switch (kind) {

@@ -58,8 +58,8 @@ int run(int argc, char** argv) {
   app.allow_extras();
   app.require_subcommand(0, 1);
   app.footer("Exit codes: 0 ok, 1 failure, 2 usage or configuration error, 3 input data error, "
-             "4 resource error, 5 interrupted after a clean checkpoint.");
-  std::vector<Action> actions = {register_hw(app)};
+             "4 resource error, 5 interrupted after a clean checkpoint, 130 interrupted without a checkpoint.");
+  std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app)};
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
 
   try {
@@ -76,7 +76,10 @@ int run(int argc, char** argv) {
 
   CLI::App* selected = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
   if (!app.remaining().empty()) return unknown_argument(app, selected, app.remaining().front());
-  if (selected && !selected->remaining().empty()) return unknown_argument(app, selected, selected->remaining().front());
+  // Subcommands that take free-form arguments (train, config show) read their own remaining arguments.
+  if (selected && !selected->get_prefix_command() && !selected->remaining().empty()) {
+    return unknown_argument(app, selected, selected->remaining().front());
+  }
   if (selected == nullptr) {
     std::cout << app.help();
     return kExitOk;

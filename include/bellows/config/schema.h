@@ -2,6 +2,11 @@
 // help text. validate() checks a Config against it and reports, in one kConfig error, every unknown key
 // (with the closest valid key suggested), wrong type, out-of-range or not-allowed value and missing required
 // key, each with its origin (file:line). Typed getters read validated values.
+//
+// Type rules: an int is accepted where a double is expected; a double (1.5) or a quoted string ("64") is not
+// an int; bools are YAML 1.2 bools only (true/false, any capitalisation YAML allows), not yes/on/1; strings
+// accept any scalar text; lists are sequences whose every element has the element type. Null (an empty
+// value) is never of any type. Numbers follow YAML 1.2's core schema: 3e-4 and .5 are numbers.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +27,8 @@ struct KeySpec {
   std::string help;
   std::optional<YAML::Node> default_value;  // absent: no default
   bool required = false;
-  std::optional<double> min, max;           // inclusive bounds for numbers (and list elements)
-  std::vector<std::string> choices;         // allowed values for strings (and string-list elements)
+  std::optional<double> min, max;    // inclusive bounds for numbers (and list elements)
+  std::vector<std::string> choices;  // allowed values for strings (and string-list elements)
 };
 
 class Schema {
@@ -31,26 +36,32 @@ class Schema {
   // Chained builder: schema.add("optim.lr", Type::kDouble, "peak learning rate").min(0).default_value(1e-3);
   class KeyBuilder {
    public:
+    // The default must have the key's type (checked here: a wrong default is a bug, kInternal). Doubles made
+    // in code (YAML::Node(0.1), whose text is "0.10000000000000001") are stored in their shortest form.
     KeyBuilder& default_value(const YAML::Node& v);
     KeyBuilder& required();
     KeyBuilder& min(double v);
     KeyBuilder& max(double v);
     KeyBuilder& choices(std::vector<std::string> c);
+
    private:
     friend class Schema;
     explicit KeyBuilder(KeySpec& spec) : spec_(spec) {}
     KeySpec& spec_;
   };
+  // A key may not be declared twice, nor be a parent of another declared key (kInternal).
   KeyBuilder add(const std::string& key, Type type, const std::string& help);
 
   // Command-line flag spelling for a key: alias("--batch-size", "data.batch_size").
   void alias(const std::string& flag, const std::string& key);
   const std::map<std::string, std::string>& aliases() const { return aliases_; }
 
-  // Keys that may hold arbitrary sub-trees not described here (e.g. "model.args").
+  // Keys that may hold arbitrary sub-trees not described here (e.g. "model.args"): the prefix itself and
+  // everything below it pass unchecked.
   void allow_free_subtree(const std::string& prefix);
 
-  // Fills defaults into `config`, then checks it; throws one kConfig error listing every problem.
+  // Fills defaults into `config`, then checks it; throws one kConfig error listing every problem, one per
+  // line, each starting with its origin ("run.yaml:4:3: ...", "command line 'optim.lr=x': ...").
   void validate(Config& config) const;
 
   const std::map<std::string, KeySpec>& keys() const { return keys_; }

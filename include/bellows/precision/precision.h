@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bellows/precision/autocast.h"     // defines: AutocastGuard
@@ -29,13 +30,14 @@ class Precision {
  public:
   virtual ~Precision() = default;
 
-  virtual std::string name() const = 0;                 // "fp32", "tf32", "bf16-mixed", "fp16-mixed"
-  virtual c10::ScalarType autocast_dtype() const = 0;   // kFloat when no autocast
+  virtual std::string name() const = 0;                // "fp32", "tf32", "bf16-mixed", "fp16-mixed"
+  virtual c10::ScalarType autocast_dtype() const = 0;  // kFloat when no autocast
 
   // Sets process-wide backend flags this policy needs (TF32 on/off); called once at setup.
   virtual void configure_backends() const = 0;
 
-  // The forward pass runs inside this guard (a no-op guard for fp32/tf32).
+  // The forward pass runs inside this guard: `auto guard = precision.autocast();`. fp32/tf32 return a disabled
+  // guard (an fp32 region, even inside an outer autocast), or null on a device type without autocast.
   virtual std::unique_ptr<AutocastGuard> autocast() const = 0;
 
   // What backward is called on: the loss, scaled for fp16.
@@ -44,18 +46,25 @@ class Precision {
   // Brings gradients to their true values (once per step) and finds non-finite ones; call before clipping.
   virtual void unscale(const std::vector<at::Tensor>& params) = 0;
 
-  // Runs optimizer_step unless non-finite gradients were found; updates the loss scale.
+  // Unscales if unscale() was not called, runs optimizer_step unless non-finite gradients were found, and
+  // updates the loss scale (GradScaler::step + update). Parameters without a gradient are ignored.
   virtual StepOutcome step(const std::vector<at::Tensor>& params, const std::function<void()>& optimizer_step) = 0;
 
   // Metrics for the meters: "loss_scale" (fp16 only), "skipped_steps".
   virtual std::vector<std::pair<std::string, double>> metrics() const = 0;
 
+  // The GradScaler's state ("skipped_steps"; fp16 also "scale", "growth_tracker", the factors and interval).
   virtual StateDict state_dict() const = 0;
   virtual void load_state_dict(const StateDict& state) = 0;
 };
 
+// The names make_precision accepts, in order: fp32, tf32, bf16-mixed, fp16-mixed.
+const std::vector<std::string>& precision_names();
+
 // `name`: fp32 | tf32 | bf16-mixed | fp16-mixed (not "auto": the plan resolves that first).
-// Unknown names raise kConfig errors listing the valid ones.
+// Unknown names raise kConfig errors listing the valid ones. `scaler_options` apply to fp16-mixed only (the other
+// policies run a disabled GradScaler: inf/NaN check, no scaling). `device`: where the model runs (its type picks
+// the autocast device type).
 std::unique_ptr<Precision> make_precision(const std::string& name, c10::Device device,
                                           const GradScalerOptions& scaler_options = {});
 

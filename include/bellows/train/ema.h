@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,28 +15,53 @@
 namespace bellows::train {
 
 struct EmaOptions {
-  double decay = 0.999;
-  std::int64_t every_n_steps = 1;
-  std::int64_t start_step = 0;  // no averaging before this optimizer step (the EMA copies the weights)
+  double decay = 0.999;            // in [0, 1]
+  std::int64_t every_n_steps = 1;  // >= 1; the decay is applied per update, not scaled by every_n_steps
+  std::int64_t start_step = 0;     // no averaging before this optimizer step (the EMA copies the weights)
 };
 
 class Ema {
  public:
-  // `tensors`: the model's named parameters and buffers; the EMA keeps fp32 copies on the same device.
+  // `tensors`: the model's named parameters and buffers. Floating-point tensors that require gradients are
+  // averaged, in fp32 copies (fp64 for fp64 parameters) on the same device. Everything else (buffers such
+  // as BatchNorm statistics and counters, frozen parameters) is copied, not averaged, in its own dtype: an
+  // average of running statistics would describe no model, and the copy keeps the EMA model whole, so its
+  // weights can be evaluated or exported as they are. The choice is made here, once. A tensor listed twice
+  // (tied weights) is tracked once, under its first name. kConfig errors for options out of range.
   Ema(const std::vector<std::pair<std::string, at::Tensor>>& tensors, EmaOptions options);
 
-  void update(std::int64_t optimizer_step);  // call after each optimizer step
-  void swap();                               // exchange live and EMA values (for eval, and back)
-  const std::vector<std::pair<std::string, at::Tensor>>& averaged() const { return averaged_; }
+  // Call after each optimizer step with the number of optimizer steps taken so far. Before start_step it
+  // copies; from start_step on it averages when optimizer_step % every_n_steps == 0 (copying the buffers).
+  void update(std::int64_t optimizer_step);
+  // Exchanges live and EMA values in place (for eval, and back). Swapping twice restores both exactly. While
+  // swapped, update() and load_state_dict() are errors; state_dict() and averaged() still give EMA values.
+  void swap();
+  bool swapped() const { return swapped_; }
+  std::int64_t updates() const { return updates_; }  // averaging updates done
 
+  // The EMA values by name (aliases of the held tensors: clone before changing them).
+  std::vector<std::pair<std::string, at::Tensor>> averaged() const;
+
+  // "weights.<name>" for every tracked tensor and "updates". Tensors alias the held state.
   StateDict state_dict() const;
+  // Copies the values in (to the EMA copies' device and dtype). A missing entry, a shape mismatch or an entry
+  // naming no tracked tensor is a kData error naming it; on error nothing changes.
   void load_state_dict(const StateDict& state);
 
  private:
+  struct Entry {
+    std::string name;
+    at::Tensor live;   // the model's tensor
+    at::Tensor ema;    // our copy
+    at::Tensor stash;  // while swapped, when dtypes differ: the live values
+    bool averaged;     // else copied
+  };
+  const at::Tensor& ema_value(const Entry& e) const;
+
   EmaOptions options_;
-  std::vector<std::pair<std::string, at::Tensor>> live_;
-  std::vector<std::pair<std::string, at::Tensor>> averaged_;
+  std::vector<Entry> entries_;
   std::int64_t updates_ = 0;
+  bool swapped_ = false;
 };
 
 }  // namespace bellows::train

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,50 +20,77 @@ namespace bellows::train {
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct OptimizerOptions {
-  std::string type = "adamw";        // adamw | adam | sgd
+  std::string type = "adamw";  // adamw | adam | sgd
   double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw
-  double eps = 1e-8;                  // adam, adamw
-  double weight_decay = 0.01;         // decoupled for adamw, L2 for adam and sgd
-  double momentum = 0.0;              // sgd
-  double dampening = 0.0;             // sgd
-  bool nesterov = false;              // sgd
+  double beta1 = 0.9, beta2 = 0.999;    // adam, adamw
+  double eps = 1e-8;                    // adam, adamw
+  double weight_decay = 0.01;           // decoupled for adamw, L2 for adam and sgd
+  double momentum = 0.0;                // sgd
+  double dampening = 0.0;               // sgd
+  bool nesterov = false;                // sgd (needs momentum > 0 and dampening == 0, as in PyTorch)
   std::string implementation = "auto";  // auto | fused | foreach
   std::vector<std::string> no_decay_patterns = {"bias", "norm", "bn", "ln"};  // substrings of names
 };
 
 struct ParamGroup {
-  std::string name;                  // "decay" or "no_decay"
+  std::string name;  // "decay" or "no_decay"; a group with no parameters is left out
   std::vector<std::string> names;
   std::vector<at::Tensor> params;
   double weight_decay = 0.0;
 };
 
+// True when ATen has a fused optimizer kernel for `param` (CPU or CUDA; float32/float64/float16/bfloat16;
+// dense, non-overlapping memory). "auto" uses the fused kernels when this holds for every parameter.
+bool fused_kernel_available(const at::Tensor& param);
+
 class Optimizer {
  public:
-  // Errors (kConfig) for an unknown type/implementation, negative lr, betas outside [0, 1), nesterov without
-  // momentum, or "fused" requested where no fused kernel exists for the parameters' device/dtype.
+  // `params`: named parameters; those with requires_grad == false are left out, a tensor listed twice
+  // (tied weights) is kept once under its first name. Errors (kConfig) for an unknown type/implementation,
+  // negative lr/eps/weight decay/momentum, betas outside [0, 1), nesterov without momentum or with
+  // dampening, no trainable parameter, a non-floating-point parameter, or "fused" requested where no fused
+  // kernel exists for a parameter's device/dtype (the message names the parameter).
   Optimizer(const NamedParameters& params, OptimizerOptions options);
 
-  void step();                         // one update of every parameter that has a gradient
-  void zero_grad();                    // sets gradients to undefined (no memset, no memory held)
-  void set_lr(double lr) { lr_ = lr; } // the schedule sets this before each step
+  // One update of every parameter that has a gradient; a parameter whose gradient is undefined is skipped
+  // (its state and step count stay as they are), as in PyTorch. State is created on first update, on the
+  // parameter's device. Gradients are read, never modified.
+  void step();
+  void zero_grad();                     // sets gradients to undefined (no memset, no memory held)
+  void set_lr(double lr) { lr_ = lr; }  // the schedule sets this before each step
   double lr() const { return lr_; }
-  std::int64_t steps() const { return step_count_; }
-  bool fused() const { return fused_; }  // which implementation was chosen
+  std::int64_t steps() const { return step_count_; }  // calls of step() (restored by load_state_dict)
+  bool fused() const { return fused_; }               // which implementation was chosen
+  const OptimizerOptions& options() const { return options_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   std::vector<at::Tensor> parameters() const;  // trainable parameters, in group order
 
-  StateDict state_dict() const;        // moments, momentum buffers, step tensors, lr, step count
-  void load_state_dict(const StateDict& state);  // kData error naming the first mismatched entry
+  // Keys (parameter names as given to the constructor):
+  //   "lr", "steps"                        scalars
+  //   "step.<name>"                        every trainable parameter: its update count (float32, 0 = no state)
+  //   "exp_avg.<name>", "exp_avg_sq.<name>" adam/adamw, parameters with step > 0
+  //   "momentum_buffer.<name>"             sgd with momentum > 0, parameters with step > 0
+  // The tensors alias the live state (no copy): serialise or clone them before the next step().
+  StateDict state_dict() const;
+  // Copies the state in, onto each parameter's device and dtype. A missing entry, a shape mismatch or an
+  // entry for a parameter this optimizer does not have is a kData error naming the entry; on error the
+  // optimizer is left unchanged.
+  void load_state_dict(const StateDict& state);
 
  private:
+  void step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads);
+  void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads);
+  at::Tensor new_step_tensor(const at::Tensor& param) const;
+
   OptimizerOptions options_;
   std::vector<ParamGroup> groups_;
   double lr_;
   std::int64_t step_count_ = 0;
   bool fused_ = false;
-  // Per group, per parameter: first/second moments (adam*), momentum buffers (sgd), step tensors.
+  bool adam_ = false;       // adam or adamw (otherwise sgd)
+  bool decoupled_ = false;  // adamw
+  // Per group, per parameter: first/second moments (adam*), momentum buffers (sgd), step tensors (float32
+  // 0-dim; on the parameter's device for the fused Adam kernels, which read them there; on the CPU otherwise).
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_, momentum_buffer_, state_steps_;
 };
 

@@ -1,0 +1,35 @@
+// Console output of a training run: the header table at start; on a terminal a progress bar per epoch with
+// ETA, loss and samples/s redrawn in place; when not a terminal, one plain line per logged step; the
+// summary table at the end.
+#pragma once
+
+#include <cstdio>
+
+#include "bellows/obs/sink.h"  // defines: Sink
+
+namespace bellows::obs {
+
+class ConsoleSink final : public Sink {
+ public:
+  // `out` is written to; `tty`: draw a progress bar (default: isatty(out)).
+  explicit ConsoleSink(std::FILE* out = stdout, int tty = -1);
+
+  void on_run_start(const RunStart& start) override;
+  void on_step(const StepRecord& record) override;
+  void on_epoch_end(std::int64_t epoch, const StepRecord& last) override;
+  void on_eval(const EvalRecord& record) override;
+  void on_message(const std::string& text) override;
+  void on_run_end(const RunEnd& end) override;
+
+ private:
+  void finish_bar();
+  std::FILE* out_;
+  bool tty_;
+  bool bar_open_ = false;
+  std::int64_t epochs_ = 0;
+};
+
+// "  key   value" rows with the key column padded to the widest key.
+std::string format_table(const std::vector<std::pair<std::string, std::string>>& rows, int indent = 2);
+
+}  // namespace bellows::obs

@@ -1,0 +1,60 @@
+// Sinks receive the training run's records after the timed region of a step: the console (progress bar on
+// a terminal, plain lines otherwise), metrics.jsonl, and whatever a user adds. Nothing in the hot path
+// formats text; a sink sees only numbers already read from the device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bellows::obs {
+
+using Values = std::vector<std::pair<std::string, double>>;
+
+struct RunStart {
+  std::string run_name;
+  std::string run_dir;
+  std::vector<std::pair<std::string, std::string>> header;  // machine and plan lines, printed at start
+  std::int64_t epochs = 0;
+  std::int64_t batches_per_epoch = 0;
+  std::int64_t total_steps = 0;  // optimizer steps planned
+};
+
+struct StepRecord {
+  std::int64_t step = 0;             // optimizer steps taken (after this one)
+  std::int64_t epoch = 0;            // 0-based
+  std::int64_t batch_in_epoch = 0;   // batches consumed in this epoch
+  std::int64_t batches_per_epoch = 0;
+  double elapsed_s = 0;              // since the run started
+  double epoch_elapsed_s = 0;        // since this epoch started
+  double samples_per_s = 0;          // over the logging window
+  double step_time_ms = 0;           // mean over the logging window
+  double lr = 0;
+  Values values;                     // loss, metrics, grad_norm, loss_scale, skipped_steps ... (window means)
+};
+
+struct EvalRecord {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  bool ema = false;  // evaluated with EMA weights
+  Values values;
+};
+
+struct RunEnd {
+  std::vector<std::pair<std::string, std::string>> summary;  // printed as a table
+  bool interrupted = false;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void on_run_start(const RunStart& start) {}
+  virtual void on_step(const StepRecord& record) {}
+  virtual void on_epoch_end(std::int64_t epoch, const StepRecord& last) {}
+  virtual void on_eval(const EvalRecord& record) {}
+  virtual void on_message(const std::string& text) {}  // warnings and notices ("step 41 skipped: ...")
+  virtual void on_run_end(const RunEnd& end) {}
+};
+
+}  // namespace bellows::obs

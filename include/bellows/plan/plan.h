@@ -1,0 +1,49 @@
+// The plan: every "auto" in the requested settings made concrete for this machine, each with the reason
+// ("bf16-mixed: CPU has AVX512_BF16"). Printed at the start of a run, saved as plan.json beside it.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+#include <vector>
+
+#include "bellows/hw/hardware_info.h"  // defines: HardwareInfo
+
+namespace bellows::plan {
+
+struct PlanRequest {
+  std::string device = "auto";           // auto | cpu | cuda | cuda:N
+  std::string precision = "auto";        // auto | fp32 | tf32 | bf16-mixed | fp16-mixed
+  std::int64_t threads = 0;              // intra-op threads; 0: auto
+  std::string cudnn_benchmark = "auto";  // auto | true | false
+  bool deterministic = false;
+  bool channels_last = false;
+  std::string pin_memory = "auto";       // auto | true | false
+};
+
+struct PlanEntry {
+  std::string key;
+  std::string value;
+  std::string reason;
+};
+
+struct Plan {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string precision = "fp32";
+  int threads = 1;
+  bool cudnn_benchmark = false;
+  bool deterministic = false;
+  bool channels_last = false;
+  bool pin_memory = false;
+  std::vector<PlanEntry> entries;  // one per setting, in the order above
+
+  std::string to_json(int indent = 2) const;
+};
+
+// kConfig errors for malformed values; kResource when a requested device is not usable (with the reason).
+Plan resolve(const PlanRequest& request, const hw::HardwareInfo& hw);
+
+// Applies the process-wide settings: intra-op threads, deterministic algorithms, cuDNN flags.
+void apply(const Plan& plan);
+
+}  // namespace bellows::plan

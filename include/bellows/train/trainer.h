@@ -1,0 +1,104 @@
+// The Trainer: fits a model with a Task over a BatchSource, applying the precision policy, gradient
+// accumulation, clipping, a fused optimizer, an LR schedule, EMA and freezing, and reporting to sinks.
+// C++ users drive it directly (examples/cpp/custom_task); `bellows train` builds one from a config.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bellows/data/source.h"            // defines: BatchSource
+#include "bellows/models/task.h"            // defines: Task
+#include "bellows/obs/sink.h"               // defines: Sink
+#include "bellows/precision/precision.h"    // defines: Precision, GradScalerOptions
+#include "bellows/train/ema.h"              // defines: Ema, EmaOptions
+#include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
+#include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
+#include "bellows/util/state_dict.h"        // defines: StateDict
+
+namespace bellows::train {
+
+struct TrainerOptions {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string precision = "fp32";              // fp32 | tf32 | bf16-mixed | fp16-mixed (resolved, not auto)
+  precision::GradScalerOptions scaler;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;                    // total_steps 0: the run's planned optimizer steps
+  std::optional<EmaOptions> ema;               // absent: no EMA
+  bool eval_with_ema = false;                  // evaluate with EMA weights (needs ema)
+  std::vector<std::string> freeze;             // parameter name globs to freeze
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;                  // > 0: stop after this many optimizer steps
+  std::int64_t accumulation_steps = 1;         // micro-batches per optimizer step
+  double clip_max_norm = 0;                    // > 0: clip the global L2 norm of gradients
+  double clip_value = 0;                       // > 0: clamp each gradient element to [-v, v]
+  std::int64_t log_every_n_steps = 10;
+  std::int64_t eval_every_n_steps = 0;         // 0: evaluate at the end of each epoch (when a val source is given)
+  bool channels_last = false;                  // 4-D parameters and inputs in NHWC memory format
+  bool non_blocking = false;                   // host-to-device copies of batches (pinned memory)
+  const std::atomic<bool>* stop_flag = nullptr;  // set (e.g. from a signal handler) to stop at a step boundary
+};
+
+struct FitResult {
+  std::int64_t steps = 0;           // optimizer steps taken (skipped ones not counted)
+  std::int64_t skipped_steps = 0;
+  std::int64_t epochs_completed = 0;
+  std::int64_t samples = 0;
+  double seconds = 0;
+  double final_loss = 0;            // mean training loss over the last logging window
+  std::optional<double> last_eval;  // the task's monitor metric at the last evaluation
+  bool interrupted = false;
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task> task, TrainerOptions options);
+
+  void add_sink(std::shared_ptr<obs::Sink> sink) { sinks_.push_back(std::move(sink)); }
+  void set_header(std::vector<std::pair<std::string, std::string>> header) { header_ = std::move(header); }
+  void set_run_info(std::string name, std::string dir) { run_name_ = std::move(name); run_dir_ = std::move(dir); }
+
+  FitResult fit(data::BatchSource& train, data::BatchSource* val = nullptr);
+  std::vector<std::pair<std::string, double>> evaluate(data::BatchSource& val);
+
+  torch::nn::Module& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  precision::Precision& precision() { return *precision_; }
+  Ema* ema() { return ema_.get(); }
+  const std::vector<std::string>& frozen() const { return frozen_; }
+
+  StateDict state_dict() const;  // optimizer, precision, schedule, EMA and counters (not the weights)
+  void load_state_dict(const StateDict& state);
+
+ private:
+  struct Window;  // meters over one logging window
+  double clip_gradients(const std::vector<at::Tensor>& params);
+  void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
+  void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
+  void message(const std::string& text);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<Task> task_;
+  TrainerOptions options_;
+  std::unique_ptr<precision::Precision> precision_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Schedule> schedule_;
+  std::unique_ptr<Ema> ema_;
+  std::vector<std::string> frozen_;
+  std::vector<std::shared_ptr<obs::Sink>> sinks_;
+  std::vector<std::pair<std::string, std::string>> header_;
+  std::string run_name_ = "run", run_dir_;
+  std::int64_t step_ = 0;            // optimizer steps taken
+  std::int64_t epoch_ = 0;           // current epoch
+  std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
+  std::int64_t samples_ = 0;
+  double run_start_s_ = 0;
+  obs::StepRecord last_record_;
+  StateDict pending_schedule_state_;  // loaded before fit() builds the schedule
+};
+
+}  // namespace bellows::train

@@ -1,0 +1,341 @@
+// Schema declaration, validation (every problem collected, then one kConfig error) and typed getters.
+// Every message starts with the origin of the value it is about, so that an editor or a reader can jump there.
+#include "bellows/config/schema.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+#include "bellows/util/check.h"
+#include "bellows/util/suggest.h"
+#include "config/internal.h"
+#include "config/scalar.h"
+
+namespace bellows::config {
+namespace {
+
+using detail::ScalarKind;
+
+const char* type_name(Type type) {
+  switch (type) {
+    case Type::kBool: return "a boolean (true or false)";
+    case Type::kInt: return "an integer";
+    case Type::kDouble: return "a number";
+    case Type::kString: return "a string";
+    case Type::kStringList: return "a list of strings";
+    case Type::kIntList: return "a list of integers";
+    case Type::kDoubleList: return "a list of numbers";
+  }
+  return "a value";
+}
+
+bool is_list(Type type) {
+  return type == Type::kStringList || type == Type::kIntList || type == Type::kDoubleList;
+}
+
+Type element_type(Type type) {
+  switch (type) {
+    case Type::kStringList: return Type::kString;
+    case Type::kIntList: return Type::kInt;
+    case Type::kDoubleList: return Type::kDouble;
+    default: return type;
+  }
+}
+
+// Whether a scalar node has the (non-list) type.
+bool scalar_has_type(const YAML::Node& node, Type type) {
+  switch (type) {
+    case Type::kBool: return detail::as_bool(node).has_value();
+    case Type::kInt: return detail::as_int(node).has_value();
+    case Type::kDouble: return detail::as_double(node).has_value();
+    case Type::kString: return node.IsDefined() && node.IsScalar();
+    default: return false;
+  }
+}
+
+// Why a value does not have the type, or "" when it has.
+std::string type_problem(const std::string& key, const YAML::Node& node, Type type) {
+  if (!is_list(type)) {
+    if (scalar_has_type(node, type)) return {};
+    if (type == Type::kInt && detail::classify(node) == ScalarKind::kInt) {
+      return fmt::format("'{}' expects an integer that fits in 64 bits, got {}", key, detail::describe(node));
+    }
+    return fmt::format("'{}' expects {}, got {}", key, type_name(type), detail::describe(node));
+  }
+  if (!node.IsSequence()) return fmt::format("'{}' expects {}, got {}", key, type_name(type), detail::describe(node));
+  std::size_t index = 0;
+  for (const auto& element : node) {
+    if (!scalar_has_type(element, element_type(type))) {
+      return fmt::format("'{}' expects {}, but element {} is {}", key, type_name(type), index,
+                         detail::describe(element));
+    }
+    ++index;
+  }
+  return {};
+}
+
+std::string range_text(const KeySpec& spec) {
+  if (spec.min && spec.max) return fmt::format("a value in [{}, {}]", *spec.min, *spec.max);
+  if (spec.min) return fmt::format("a value >= {}", *spec.min);
+  return fmt::format("a value <= {}", *spec.max);
+}
+
+// Range and choice problems of one (well-typed, scalar) value; `what` names it ("'a'", "'a' element 2").
+void check_limits(const KeySpec& spec, const YAML::Node& value, const std::string& what,
+                  std::vector<std::string>& out) {
+  const Type type = element_type(spec.type);
+  if ((type == Type::kInt || type == Type::kDouble) && (spec.min || spec.max)) {
+    const double v = *detail::as_double(value);
+    if ((spec.min && !(v >= *spec.min)) || (spec.max && !(v <= *spec.max))) {
+      out.push_back(fmt::format("{} is out of range: expected {}, got {}", what, range_text(spec), value.Scalar()));
+    }
+  }
+  if (type == Type::kString && !spec.choices.empty() &&
+      std::find(spec.choices.begin(), spec.choices.end(), value.Scalar()) == spec.choices.end()) {
+    const auto suggestion = closest_match(value.Scalar(), spec.choices);
+    out.push_back(fmt::format("{} must be one of [{}], got {}{}", what, fmt::join(spec.choices, ", "),
+                              detail::describe(value),
+                              suggestion ? fmt::format("; did you mean '{}'?", *suggestion) : std::string()));
+  }
+}
+
+// All problems of one value against its spec, without the origin.
+std::vector<std::string> value_problems(const KeySpec& spec, const YAML::Node& node) {
+  std::vector<std::string> out;
+  if (std::string problem = type_problem(spec.key, node, spec.type); !problem.empty()) {
+    out.push_back(std::move(problem));
+    return out;
+  }
+  if (!is_list(spec.type)) {
+    check_limits(spec, node, fmt::format("'{}'", spec.key), out);
+    return out;
+  }
+  std::size_t index = 0;
+  for (const auto& element : node) check_limits(spec, element, fmt::format("'{}' element {}", spec.key, index++), out);
+  return out;
+}
+
+bool under(const std::string& key, const std::string& prefix) {
+  return key == prefix || (key.size() > prefix.size() && key.starts_with(prefix) && key[prefix.size()] == '.');
+}
+
+// The state of one validation run: the schema's key space and the problems found so far.
+class Validator {
+ public:
+  Validator(const std::map<std::string, KeySpec>& keys, const std::vector<std::string>& free_subtrees,
+            const Config& config)
+      : keys_(keys), free_subtrees_(free_subtrees), config_(config) {
+    auto add_parents = [this](const std::string& key) {
+      for (auto dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
+        parents_.insert(key.substr(0, dot));
+      }
+    };
+    for (const auto& [key, spec] : keys_) {
+      add_parents(key);
+      candidates_.push_back(key);
+    }
+    for (const auto& prefix : free_subtrees_) {
+      add_parents(prefix);
+      candidates_.push_back(prefix);
+    }
+    candidates_.insert(candidates_.end(), parents_.begin(), parents_.end());
+  }
+
+  void walk(const YAML::Node& map, const std::string& prefix) {
+    std::vector<std::string> names;
+    for (const auto& entry : map) names.push_back(entry.first.Scalar());
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      const std::string key = detail::join_key(prefix, name);
+      const YAML::Node& as_const = map;
+      check_key(key, as_const[name]);
+    }
+  }
+
+  void check_missing() {
+    const std::string where = config_.name().empty() ? std::string("configuration") : config_.name();
+    for (const auto& [key, spec] : keys_) {
+      if (!spec.required || config_.has(key)) continue;
+      add_problem(fmt::format("{}: missing required key '{}' (expected {}{})", where, key, type_name(spec.type),
+                              spec.help.empty() ? std::string() : ": " + spec.help));
+    }
+  }
+
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  void check_key(const std::string& key, const YAML::Node& node) {
+    const std::string origin = config_.origin(key).str();
+    if (std::any_of(free_subtrees_.begin(), free_subtrees_.end(), [&](const auto& p) { return under(key, p); })) {
+      return;
+    }
+    if (const auto spec = keys_.find(key); spec != keys_.end()) {
+      for (const auto& problem : value_problems(spec->second, node)) {
+        add_problem(fmt::format("{}: {}", origin, problem));
+      }
+      return;
+    }
+    if (parents_.count(key)) {
+      if (node.IsMap()) return walk(node, key);
+      add_problem(fmt::format("{}: '{}' must be a mapping (of keys such as '{}'), got {}", origin, key,
+                              first_key_under(key), detail::describe(node)));
+      return;
+    }
+    add_problem(fmt::format("{}: unknown key '{}'{}", origin, key, suggestion_for(key)));
+  }
+
+  std::string first_key_under(const std::string& prefix) const {
+    for (const auto& candidate : candidates_) {
+      if (under(candidate, prefix) && candidate != prefix) return candidate;
+    }
+    return prefix;
+  }
+
+  // "; did you mean 'optim.lr'?" by spelling, else by the last part ("lr" at the top level -> "optim.lr").
+  std::string suggestion_for(const std::string& key) const {
+    if (const auto match = closest_match(key, candidates_)) return fmt::format("; did you mean '{}'?", *match);
+    const std::string last = key.substr(key.rfind('.') + 1);
+    for (const auto& candidate : candidates_) {
+      if (candidate.size() > last.size() && candidate.ends_with("." + last)) {
+        return fmt::format("; did you mean '{}'?", candidate);
+      }
+    }
+    return {};
+  }
+
+  void add_problem(std::string problem) { problems_.push_back(std::move(problem)); }
+
+  const std::map<std::string, KeySpec>& keys_;
+  const std::vector<std::string>& free_subtrees_;
+  const Config& config_;
+  std::set<std::string> parents_;        // proper prefixes of declared keys: must be mappings
+  std::vector<std::string> candidates_;  // every valid key or prefix, for suggestions
+  std::vector<std::string> problems_;
+};
+
+// The value of a key for a getter, or a kConfig error when it is absent or of the wrong type.
+YAML::Node typed_node(const Config& config, const std::string& key, Type type) {
+  const YAML::Node node = config.node(key);
+  BELLOWS_CHECK_CONFIG(
+      node.IsDefined(),
+      fmt::format("{}: missing key '{}' (expected {})",
+                  config.name().empty() ? std::string("configuration") : config.name(), key, type_name(type)),
+      fmt::format("set {}=VALUE, or declare a default for it in the schema", key));
+  const std::string problem = type_problem(key, node, type);
+  BELLOWS_CHECK_CONFIG(problem.empty(), fmt::format("{}: {}", config.origin(key).str(), problem),
+                       "validate the configuration against its schema before reading it");
+  return node;
+}
+
+}  // namespace
+
+// --- declaration ---
+
+Schema::KeyBuilder& Schema::KeyBuilder::default_value(const YAML::Node& v) {
+  BELLOWS_CHECK(v.IsDefined() && type_problem(spec_.key, v, spec_.type).empty(),
+                fmt::format("schema default for {}", type_problem(spec_.key, v, spec_.type)),
+                "give the default the key's declared type");
+  YAML::Node copy = YAML::Clone(v);
+  detail::shorten_code_doubles(copy);
+  spec_.default_value = copy;
+  return *this;
+}
+
+Schema::KeyBuilder& Schema::KeyBuilder::required() {
+  spec_.required = true;
+  return *this;
+}
+
+Schema::KeyBuilder& Schema::KeyBuilder::min(double v) {
+  spec_.min = v;
+  return *this;
+}
+
+Schema::KeyBuilder& Schema::KeyBuilder::max(double v) {
+  spec_.max = v;
+  return *this;
+}
+
+Schema::KeyBuilder& Schema::KeyBuilder::choices(std::vector<std::string> c) {
+  spec_.choices = std::move(c);
+  return *this;
+}
+
+Schema::KeyBuilder Schema::add(const std::string& key, Type type, const std::string& help) {
+  BELLOWS_CHECK(!detail::split_key(key).empty(), fmt::format("schema key '{}' is not a dotted name", key), "");
+  BELLOWS_CHECK(!keys_.count(key), fmt::format("schema key '{}' is declared twice", key), "");
+  for (const auto& [existing, spec] : keys_) {
+    BELLOWS_CHECK(
+        !under(existing, key) && !under(key, existing),
+        fmt::format("schema key '{}' conflicts with '{}': a key cannot hold both a value and keys", key, existing), "");
+  }
+  KeySpec& spec = keys_[key];
+  spec.key = key;
+  spec.type = type;
+  spec.help = help;
+  return KeyBuilder(spec);
+}
+
+void Schema::alias(const std::string& flag, const std::string& key) {
+  BELLOWS_CHECK(flag.starts_with("--") && flag.size() > 2 && flag.find('=') == std::string::npos,
+                fmt::format("alias '{}' for '{}' must look like --name", flag, key), "");
+  aliases_[flag] = key;
+}
+
+void Schema::allow_free_subtree(const std::string& prefix) {
+  BELLOWS_CHECK(!detail::split_key(prefix).empty(), fmt::format("free subtree '{}' is not a dotted name", prefix), "");
+  free_subtrees_.push_back(prefix);
+}
+
+// --- validation ---
+
+void Schema::validate(Config& config) const {
+  for (const auto& [key, spec] : keys_) {
+    if (spec.default_value) config.set_default(key, *spec.default_value);
+  }
+  Validator validator(keys_, free_subtrees_, config);
+  validator.walk(config.root(), "");
+  validator.check_missing();
+  BELLOWS_CHECK_CONFIG(validator.problems().empty(), detail::problem_list(validator.problems()),
+                       "fix each value where the line says it was set, or override it with key=value");
+}
+
+// --- typed getters ---
+
+bool get_bool(const Config& config, const std::string& key) {
+  return *detail::as_bool(typed_node(config, key, Type::kBool));
+}
+
+std::int64_t get_int(const Config& config, const std::string& key) {
+  return *detail::as_int(typed_node(config, key, Type::kInt));
+}
+
+double get_double(const Config& config, const std::string& key) {
+  return *detail::as_double(typed_node(config, key, Type::kDouble));
+}
+
+std::string get_string(const Config& config, const std::string& key) {
+  return typed_node(config, key, Type::kString).Scalar();
+}
+
+std::vector<std::string> get_string_list(const Config& config, const std::string& key) {
+  std::vector<std::string> out;
+  for (const auto& element : typed_node(config, key, Type::kStringList)) out.push_back(element.Scalar());
+  return out;
+}
+
+std::vector<std::int64_t> get_int_list(const Config& config, const std::string& key) {
+  std::vector<std::int64_t> out;
+  for (const auto& element : typed_node(config, key, Type::kIntList)) out.push_back(*detail::as_int(element));
+  return out;
+}
+
+std::vector<double> get_double_list(const Config& config, const std::string& key) {
+  std::vector<double> out;
+  for (const auto& element : typed_node(config, key, Type::kDoubleList)) out.push_back(*detail::as_double(element));
+  return out;
+}
+
+}  // namespace bellows::config

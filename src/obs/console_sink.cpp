@@ -1,0 +1,102 @@
+// Console sink; see console_sink.h.
+#include "bellows/obs/console_sink.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace bellows::obs {
+namespace {
+
+std::string duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  const auto s = static_cast<long>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
+  return fmt::format("{:02}:{:02}", s / 60, s % 60);
+}
+
+std::string value_text(double v) {
+  if (v == 0) return "0";
+  const double a = std::fabs(v);
+  if (a >= 1e5 || a < 1e-3) return fmt::format("{:.3e}", v);
+  return fmt::format("{:.4f}", v);
+}
+
+std::string values_text(const Values& values) {
+  std::string out;
+  for (const auto& [k, v] : values) out += fmt::format(" {} {}", k, value_text(v));
+  return out;
+}
+
+}  // namespace
+
+std::string format_table(const std::vector<std::pair<std::string, std::string>>& rows, int indent) {
+  std::size_t width = 0;
+  for (const auto& [k, v] : rows) width = std::max(width, k.size());
+  std::string out;
+  for (const auto& [k, v] : rows) out += fmt::format("{:{}}{:<{}}  {}\n", "", indent, k, width, v);
+  return out;
+}
+
+ConsoleSink::ConsoleSink(std::FILE* out, int tty) : out_(out), tty_(tty < 0 ? isatty(fileno(out)) != 0 : tty != 0) {}
+
+void ConsoleSink::on_run_start(const RunStart& start) {
+  epochs_ = start.epochs;
+  fmt::print(out_, "bellows train: run '{}' -> {}\n", start.run_name, start.run_dir);
+  fmt::print(out_, "{}", format_table(start.header));
+  fmt::print(out_, "  {} epoch(s) x {} batches, {} optimizer steps\n", start.epochs, start.batches_per_epoch, start.total_steps);
+  std::fflush(out_);
+}
+
+void ConsoleSink::on_step(const StepRecord& r) {
+  const double loss = r.values.empty() ? 0.0 : r.values.front().second;
+  if (tty_) {
+    constexpr int kWidth = 24;
+    const double frac = r.batches_per_epoch > 0 ? static_cast<double>(r.batch_in_epoch) / r.batches_per_epoch : 0.0;
+    const int filled = static_cast<int>(frac * kWidth);
+    const double eta = frac > 0 ? r.epoch_elapsed_s * (1 - frac) / frac : -1;
+    fmt::print(out_, "\r\x1b[2Kepoch {}/{} [{:=<{}}{:<{}}] {}/{} loss {} {:.0f} samples/s ETA {}", r.epoch + 1, epochs_,
+               "", filled, "", kWidth - filled, r.batch_in_epoch, r.batches_per_epoch, value_text(loss), r.samples_per_s,
+               duration(eta));
+    bar_open_ = true;
+  } else {
+    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} lr {} {:.1f} samples/s {:.1f} ms/step\n", r.epoch + 1, epochs_,
+               r.batch_in_epoch, r.batches_per_epoch, r.step, values_text(r.values), value_text(r.lr), r.samples_per_s,
+               r.step_time_ms);
+  }
+  std::fflush(out_);
+}
+
+void ConsoleSink::finish_bar() {
+  if (bar_open_) fmt::print(out_, "\n");
+  bar_open_ = false;
+}
+
+void ConsoleSink::on_epoch_end(std::int64_t epoch, const StepRecord& last) {
+  finish_bar();
+  fmt::print(out_, "epoch {}/{} done in {}:{}\n", epoch + 1, epochs_, duration(last.epoch_elapsed_s), values_text(last.values));
+  std::fflush(out_);
+}
+
+void ConsoleSink::on_eval(const EvalRecord& r) {
+  finish_bar();
+  fmt::print(out_, "eval{} at step {}:{}\n", r.ema ? " (EMA weights)" : "", r.step, values_text(r.values));
+  std::fflush(out_);
+}
+
+void ConsoleSink::on_message(const std::string& text) {
+  finish_bar();
+  fmt::print(out_, "{}\n", text);
+  std::fflush(out_);
+}
+
+void ConsoleSink::on_run_end(const RunEnd& end) {
+  finish_bar();
+  fmt::print(out_, "{}\n{}", end.interrupted ? "run interrupted; summary so far" : "run finished; summary",
+             format_table(end.summary));
+  std::fflush(out_);
+}
+
+}  // namespace bellows::obs

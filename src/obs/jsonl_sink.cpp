@@ -1,0 +1,53 @@
+// metrics.jsonl sink; see jsonl_sink.h.
+#include "bellows/obs/jsonl_sink.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "bellows/util/check.h"
+
+namespace bellows::obs {
+
+JsonlSink::JsonlSink(const std::filesystem::path& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "a");
+  BELLOWS_CHECK_RESOURCE(file_ != nullptr, fmt::format("cannot open {} for writing: {}", path.string(), std::strerror(errno)),
+                         "check that the run directory is writable and the disk is not full");
+}
+
+JsonlSink::~JsonlSink() {
+  if (file_) std::fclose(file_);
+}
+
+void JsonlSink::write_line(const std::string& line) {
+  const bool ok = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
+  BELLOWS_CHECK_RESOURCE(ok, fmt::format("writing {} failed: {}", path_.string(), std::strerror(errno)),
+                         "check free disk space");
+}
+
+void JsonlSink::on_step(const StepRecord& r) {
+  nlohmann::json j = {{"type", "train"},       {"step", r.step},
+                      {"epoch", r.epoch},      {"batch", r.batch_in_epoch},
+                      {"elapsed_s", r.elapsed_s}, {"samples_per_s", r.samples_per_s},
+                      {"step_time_ms", r.step_time_ms}, {"lr", r.lr}};
+  for (const auto& [k, v] : r.values) j[k] = v;
+  write_line(j.dump());
+}
+
+void JsonlSink::on_eval(const EvalRecord& r) {
+  nlohmann::json j = {{"type", "eval"}, {"step", r.step}, {"epoch", r.epoch}, {"ema", r.ema}};
+  for (const auto& [k, v] : r.values) j[k] = v;
+  write_line(j.dump());
+}
+
+void JsonlSink::on_message(const std::string& text) { write_line(nlohmann::json({{"type", "message"}, {"text", text}}).dump()); }
+
+void JsonlSink::on_run_end(const RunEnd& end) {
+  nlohmann::json summary = nlohmann::json::object();
+  for (const auto& [k, v] : end.summary) summary[k] = v;
+  write_line(nlohmann::json({{"type", "end"}, {"interrupted", end.interrupted}, {"summary", summary}}).dump());
+}
+
+}  // namespace bellows::obs

@@ -1,0 +1,173 @@
+// Resolves a PlanRequest against the hardware report; see plan.h.
+#include "bellows/plan/plan.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bellows/util/check.h"
+
+namespace bellows::plan {
+namespace {
+
+const hw::Recommendation* find_rec(const hw::HardwareInfo& hw, const std::string& key) {
+  for (const auto& r : hw.recommendations) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
+}
+
+bool parse_tristate(const std::string& key, const std::string& value, bool automatic) {
+  if (value == "auto") return automatic;
+  if (value == "true") return true;
+  if (value == "false") return false;
+  BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("{} is '{}', expected auto, true or false", key, value), "fix the value");
+}
+
+const hw::GpuInfo* gpu_at(const hw::HardwareInfo& hw, int index) {
+  for (const auto& g : hw.cuda.gpus) {
+    if (g.index == index) return &g;
+  }
+  return nullptr;
+}
+
+void resolve_device(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
+  if (req.device == "auto") {
+    const auto* rec = find_rec(hw, "device");
+    const bool cuda = rec && rec->value == "cuda";
+    plan.device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    plan.entries.push_back({"device", plan.device.str(), rec ? rec->reason : "no usable GPU"});
+    return;
+  }
+  if (req.device == "cpu") {
+    plan.device = c10::Device(c10::kCPU);
+    plan.entries.push_back({"device", "cpu", "requested"});
+    return;
+  }
+  int index = 0;
+  if (req.device != "cuda" && std::sscanf(req.device.c_str(), "cuda:%d", &index) != 1) {
+    BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("device is '{}', expected auto, cpu, cuda or cuda:N", req.device),
+                 "set device to one of those");
+  }
+  BELLOWS_CHECK_RESOURCE(hw.cuda.usable, fmt::format("device {} requested but CUDA is not usable: {}", req.device, hw.cuda.reason),
+                         "run on a machine with a GPU, or set device: cpu (or auto)");
+  const hw::GpuInfo* gpu = gpu_at(hw, index);
+  BELLOWS_CHECK_RESOURCE(gpu != nullptr, fmt::format("device cuda:{} requested but only {} GPU(s) are visible", index, hw.cuda.gpus.size()),
+                         "pick an index below the GPU count, or check CUDA_VISIBLE_DEVICES");
+  BELLOWS_CHECK_RESOURCE(gpu->arch_supported,
+                         fmt::format("GPU {} ({}, compute capability {}.{}) has no kernels in this LibTorch build", index, gpu->name,
+                                     gpu->cc_major, gpu->cc_minor),
+                         "use a LibTorch build for this architecture, or device: cpu");
+  plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  plan.entries.push_back({"device", plan.device.str(), fmt::format("requested; {} with {:.1f} GiB", gpu->name, gpu->total_memory_bytes / double(1LL << 30))});
+}
+
+void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
+  static const std::vector<std::string> kNames = {"auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"};
+  BELLOWS_CHECK_CONFIG(std::find(kNames.begin(), kNames.end(), req.precision) != kNames.end(),
+                       fmt::format("precision is '{}', expected one of auto, fp32, tf32, bf16-mixed, fp16-mixed", req.precision),
+                       "pick one of those");
+  const bool cuda = plan.device.is_cuda();
+  if (req.precision != "auto") {
+    plan.precision = req.precision;
+    std::string reason = "requested";
+    if (!cuda && req.precision == "tf32") reason = "requested; TF32 exists on CUDA only, so on the CPU this computes in fp32";
+    if (!cuda && req.precision == "bf16-mixed" && !hw.cpu.isa.avx512_bf16 && !hw.cpu.isa.amx_bf16) {
+      reason = "requested; this CPU has no native bf16 (AVX512_BF16/AMX), so bf16 is emulated and may be slower than fp32";
+    }
+    if (cuda) {
+      const auto* gpu = gpu_at(hw, plan.device.index());
+      if (gpu && req.precision == "bf16-mixed" && !gpu->bf16) reason = "requested; this GPU has no bf16 tensor cores (needs sm_80)";
+    }
+    plan.entries.push_back({"precision", plan.precision, reason});
+    return;
+  }
+  if (cuda) {
+    const auto* gpu = gpu_at(hw, plan.device.index());
+    if (gpu && gpu->bf16) {
+      plan.precision = "bf16-mixed";
+      plan.entries.push_back({"precision", plan.precision, fmt::format("{} (sm_{}{}) has bf16 tensor cores", gpu->name, gpu->cc_major, gpu->cc_minor)});
+    } else if (gpu && gpu->fp16_tensor_cores) {
+      plan.precision = "fp16-mixed";
+      plan.entries.push_back({"precision", plan.precision, fmt::format("{} has fp16 but no bf16 tensor cores; dynamic loss scaling on", gpu->name)});
+    } else {
+      plan.precision = "fp32";
+      plan.entries.push_back({"precision", plan.precision, "GPU without tensor cores"});
+    }
+    return;
+  }
+  if (hw.cpu.isa.avx512_bf16 || hw.cpu.isa.amx_bf16) {
+    plan.precision = "bf16-mixed";
+    plan.entries.push_back({"precision", plan.precision,
+                            std::string("CPU has ") + (hw.cpu.isa.amx_bf16 ? "AMX-BF16" : "AVX512_BF16") + ": native bf16 matmuls under autocast"});
+  } else {
+    plan.precision = "fp32";
+    plan.entries.push_back({"precision", plan.precision, "CPU lacks AVX512_BF16 and AMX-BF16; bf16 would be emulated"});
+  }
+}
+
+}  // namespace
+
+Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
+  Plan plan;
+  resolve_device(req, hw, plan);
+  resolve_precision(req, hw, plan);
+
+  BELLOWS_CHECK_CONFIG(req.threads >= 0, fmt::format("threads is {}, expected >= 0 (0: auto)", req.threads), "fix threads");
+  if (req.threads > 0) {
+    plan.threads = static_cast<int>(req.threads);
+    plan.entries.push_back({"threads", std::to_string(plan.threads), "requested"});
+  } else {
+    const auto* rec = find_rec(hw, "threads.intra_op");
+    plan.threads = rec ? std::max(1, std::stoi(rec->value)) : 1;
+    plan.entries.push_back({"threads", std::to_string(plan.threads), rec ? rec->reason : "default"});
+  }
+
+  plan.deterministic = req.deterministic;
+  const bool cuda = plan.device.is_cuda();
+  plan.cudnn_benchmark = parse_tristate("cudnn_benchmark", req.cudnn_benchmark, cuda && !req.deterministic);
+  BELLOWS_CHECK_CONFIG(!(plan.cudnn_benchmark && plan.deterministic), "cudnn_benchmark: true conflicts with deterministic: true",
+                       "benchmark mode picks algorithms by timing, which is not reproducible; drop one of them");
+  plan.entries.push_back({"cudnn_benchmark", plan.cudnn_benchmark ? "true" : "false",
+                          req.cudnn_benchmark != "auto" ? "requested"
+                          : !cuda                      ? "cuDNN is not used on the CPU"
+                          : req.deterministic          ? "off for deterministic runs"
+                                                       : "fixed shapes: cuDNN times its algorithms once and keeps the fastest"});
+  plan.entries.push_back({"deterministic", plan.deterministic ? "true" : "false",
+                          plan.deterministic ? "deterministic algorithms, cuDNN deterministic, seeded RNGs" : "requested: fastest algorithms allowed"});
+  plan.channels_last = req.channels_last;
+  plan.entries.push_back({"channels_last", plan.channels_last ? "true" : "false", plan.channels_last ? "requested: NHWC for 4-D tensors" : "default"});
+  plan.pin_memory = parse_tristate("pin_memory", req.pin_memory, cuda);
+  plan.entries.push_back({"pin_memory", plan.pin_memory ? "true" : "false",
+                          req.pin_memory != "auto" ? "requested"
+                          : cuda                   ? "pinned buffers allow asynchronous host-to-device copies"
+                                                   : "no device copy on the CPU"});
+  return plan;
+}
+
+void apply(const Plan& plan) {
+  at::set_num_threads(plan.threads);
+  auto& ctx = at::globalContext();
+  ctx.setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
+  ctx.setDeterministicCuDNN(plan.deterministic);
+  ctx.setBenchmarkCuDNN(plan.cudnn_benchmark);
+}
+
+std::string Plan::to_json(int indent) const {
+  nlohmann::json j = nlohmann::json::object();
+  j["device"] = device.str();
+  j["precision"] = precision;
+  j["threads"] = threads;
+  j["cudnn_benchmark"] = cudnn_benchmark;
+  j["deterministic"] = deterministic;
+  j["channels_last"] = channels_last;
+  j["pin_memory"] = pin_memory;
+  nlohmann::json reasons = nlohmann::json::array();
+  for (const auto& e : entries) reasons.push_back({{"key", e.key}, {"value", e.value}, {"reason", e.reason}});
+  j["entries"] = reasons;
+  return j.dump(indent) + "\n";
+}
+
+}  // namespace bellows::plan

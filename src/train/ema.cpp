@@ -1,0 +1,150 @@
+// EMA of model weights with _foreach_lerp_ (one launch per device/dtype bucket), and an in-place swap for
+// evaluation that restores both sides exactly.
+#include "bellows/train/ema.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+#include <unordered_set>
+
+#include "bellows/util/check.h"
+
+namespace bellows::train {
+namespace {
+
+constexpr const char* kHint = "see the ema section of the configuration";
+
+at::ScalarType ema_dtype(const at::Tensor& t, bool averaged) {
+  if (!averaged) return t.scalar_type();
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+}  // namespace
+
+Ema::Ema(const std::vector<std::pair<std::string, at::Tensor>>& tensors, EmaOptions options) : options_(options) {
+  BELLOWS_CHECK_CONFIG(options_.decay >= 0 && options_.decay <= 1,
+                       fmt::format("ema.decay is {}, expected in [0, 1]", options_.decay), kHint);
+  BELLOWS_CHECK_CONFIG(options_.every_n_steps >= 1,
+                       fmt::format("ema.every_n_steps is {}, expected >= 1", options_.every_n_steps), kHint);
+  BELLOWS_CHECK_CONFIG(options_.start_step >= 0,
+                       fmt::format("ema.start_step is {}, expected >= 0", options_.start_step), kHint);
+  c10::NoGradGuard no_grad;
+  std::unordered_set<const void*> seen;
+  std::set<std::string> names;
+  for (const auto& [name, t] : tensors) {
+    BELLOWS_CHECK(t.defined(), fmt::format("EMA tensor '{}' is undefined", name), "pass the model's tensors");
+    if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;  // tied weights: one copy, one swap
+    BELLOWS_CHECK(names.insert(name).second, fmt::format("two EMA tensors are named '{}'", name),
+                  "names key the EMA state, so they must be unique");
+    const bool averaged = at::isFloatingType(t.scalar_type()) && t.requires_grad();
+    at::Tensor copy =
+        at::empty_like(t, t.options().dtype(ema_dtype(t, averaged)), at::MemoryFormat::Preserve).copy_(t.detach());
+    entries_.push_back({name, t, std::move(copy), at::Tensor(), averaged});
+  }
+}
+
+const at::Tensor& Ema::ema_value(const Entry& e) const {
+  // While swapped, an entry of matching dtypes holds the EMA values in the live tensor (see swap()).
+  return swapped_ && !e.stash.defined() ? e.live : e.ema;
+}
+
+void Ema::update(std::int64_t optimizer_step) {
+  BELLOWS_CHECK(!swapped_, "Ema::update() while the EMA weights are swapped in",
+                "call swap() again after evaluation, before training continues");
+  c10::NoGradGuard no_grad;
+  if (optimizer_step < options_.start_step) {
+    for (auto& e : entries_) e.ema.copy_(e.live);
+    return;
+  }
+  if (optimizer_step % options_.every_n_steps != 0) return;
+
+  // Bucket the averaged entries by (device, live dtype, EMA dtype): one _foreach_lerp_ per bucket.
+  using Key = std::tuple<c10::Device, at::ScalarType, at::ScalarType>;
+  std::vector<std::pair<Key, std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>>> buckets;
+  for (auto& e : entries_) {
+    if (!e.averaged) {
+      e.ema.copy_(e.live);
+      continue;
+    }
+    const Key key{e.live.device(), e.live.scalar_type(), e.ema.scalar_type()};
+    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const auto& b) { return b.first == key; });
+    if (it == buckets.end()) {
+      buckets.push_back({key, {}});
+      it = std::prev(buckets.end());
+    }
+    it->second.first.push_back(e.ema);
+    // lerp needs one dtype: reduced-precision weights are widened (a temporary) to the EMA's dtype.
+    it->second.second.push_back(e.live.scalar_type() == e.ema.scalar_type() ? e.live : e.live.to(e.ema.scalar_type()));
+  }
+  for (auto& [key, lists] : buckets) at::_foreach_lerp_(lists.first, lists.second, 1.0 - options_.decay);
+  ++updates_;
+}
+
+void Ema::swap() {
+  c10::NoGradGuard no_grad;
+  for (auto& e : entries_) {
+    if (e.live.scalar_type() == e.ema.scalar_type()) {
+      // Same dtype: a true exchange, exact both ways; the old EMA tensor is freed as its clone takes over.
+      at::Tensor held_live = e.live.clone(at::MemoryFormat::Preserve);
+      e.live.copy_(e.ema);
+      e.ema = std::move(held_live);
+    } else if (!swapped_) {
+      // The live dtype is narrower: rounding the EMA into it and back would lose the EMA's precision, so the
+      // live values wait aside and the EMA copy stays as it is.
+      e.stash = e.live.clone(at::MemoryFormat::Preserve);
+      e.live.copy_(e.ema);
+    } else {
+      e.live.copy_(e.stash);
+      e.stash.reset();
+    }
+  }
+  swapped_ = !swapped_;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Ema::averaged() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.reserve(entries_.size());
+  for (const auto& e : entries_) out.emplace_back(e.name, ema_value(e));
+  return out;
+}
+
+StateDict Ema::state_dict() const {
+  StateDict out;
+  for (const auto& e : entries_) out["weights." + e.name] = ema_value(e);
+  put_int(out, "updates", updates_);
+  return out;
+}
+
+void Ema::load_state_dict(const StateDict& state) {
+  BELLOWS_CHECK(!swapped_, "Ema::load_state_dict() while the EMA weights are swapped in",
+                "call swap() again before loading");
+  const char* hint = "the EMA state was saved for a different model";
+  std::set<std::string> known = {"updates"};
+  for (const auto& e : entries_) known.insert("weights." + e.name);
+  for (const auto& [key, value] : state) {
+    BELLOWS_CHECK_DATA(known.count(key) != 0, fmt::format("EMA state entry '{}' names no tensor of this model", key),
+                       hint);
+  }
+  const std::int64_t updates = get_int(state, "updates");
+  std::vector<const at::Tensor*> values;
+  for (const auto& e : entries_) {
+    const std::string key = "weights." + e.name;
+    const at::Tensor& t = get_tensor(state, key);
+    BELLOWS_CHECK_DATA(t.defined() && t.sizes() == e.ema.sizes(),
+                       fmt::format("EMA state entry '{}' has shape [{}], the model's tensor has shape [{}]", key,
+                                   t.defined() ? fmt::format("{}", fmt::join(t.sizes(), ", ")) : "undefined",
+                                   fmt::join(e.ema.sizes(), ", ")),
+                       hint);
+    values.push_back(&t);
+  }
+  c10::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].ema.copy_(*values[i]);
+  updates_ = updates;
+}
+
+}  // namespace bellows::train

@@ -1,0 +1,403 @@
+// AdamW, Adam and SGD over whole parameter lists: ATen's fused kernels where they exist for the parameters'
+// device and dtype, the _foreach_* ops otherwise. State is per parameter, created on its first update, and
+// keyed by parameter name in the state dict so that checkpoints survive a change of device or of kernel.
+#include "bellows/train/optimizer.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_set>
+
+#include "bellows/util/check.h"
+#include "bellows/util/suggest.h"
+
+namespace bellows::train {
+namespace {
+
+constexpr const char* kHint = "see the optim section of the configuration";
+
+std::string suggestion(const std::string& value, const std::vector<std::string>& valid) {
+  auto best = closest_match(value, valid);
+  return best ? fmt::format("did you mean '{}'? (valid: {})", *best, fmt::join(valid, ", "))
+              : fmt::format("use one of: {}", fmt::join(valid, ", "));
+}
+
+void validate(const OptimizerOptions& o) {
+  const std::vector<std::string> types = {"adamw", "adam", "sgd"};
+  const std::vector<std::string> impls = {"auto", "fused", "foreach"};
+  BELLOWS_CHECK_CONFIG(std::find(types.begin(), types.end(), o.type) != types.end(),
+                       fmt::format("optim.type is '{}', an unknown optimizer", o.type), suggestion(o.type, types));
+  BELLOWS_CHECK_CONFIG(std::find(impls.begin(), impls.end(), o.implementation) != impls.end(),
+                       fmt::format("optim.implementation is '{}', an unknown implementation", o.implementation),
+                       suggestion(o.implementation, impls));
+  BELLOWS_CHECK_CONFIG(std::isfinite(o.lr) && o.lr >= 0, fmt::format("optim.lr is {}, expected >= 0", o.lr), kHint);
+  BELLOWS_CHECK_CONFIG(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+                       fmt::format("optim.weight_decay is {}, expected >= 0", o.weight_decay), kHint);
+  if (o.type == "sgd") {
+    BELLOWS_CHECK_CONFIG(std::isfinite(o.momentum) && o.momentum >= 0,
+                         fmt::format("optim.momentum is {}, expected >= 0", o.momentum), kHint);
+    BELLOWS_CHECK_CONFIG(o.dampening >= 0 && o.dampening <= 1,
+                         fmt::format("optim.dampening is {}, expected in [0, 1]", o.dampening), kHint);
+    BELLOWS_CHECK_CONFIG(
+        !o.nesterov || (o.momentum > 0 && o.dampening == 0),
+        fmt::format("optim.nesterov is true with optim.momentum {} and optim.dampening {}", o.momentum, o.dampening),
+        "Nesterov momentum needs optim.momentum > 0 and optim.dampening = 0");
+  } else {
+    BELLOWS_CHECK_CONFIG(o.beta1 >= 0 && o.beta1 < 1, fmt::format("optim.beta1 is {}, expected in [0, 1)", o.beta1),
+                         kHint);
+    BELLOWS_CHECK_CONFIG(o.beta2 >= 0 && o.beta2 < 1, fmt::format("optim.beta2 is {}, expected in [0, 1)", o.beta2),
+                         kHint);
+    BELLOWS_CHECK_CONFIG(std::isfinite(o.eps) && o.eps >= 0, fmt::format("optim.eps is {}, expected >= 0", o.eps),
+                         kHint);
+  }
+}
+
+bool no_decay(const std::string& name, const at::Tensor& p, const std::vector<std::string>& patterns) {
+  if (p.dim() <= 1) return true;
+  return std::any_of(patterns.begin(), patterns.end(),
+                     [&](const std::string& pat) { return !pat.empty() && name.find(pat) != std::string::npos; });
+}
+
+std::string shape_of(const at::Tensor& t) {
+  return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
+}
+
+// Indices of `active` grouped by (device, dtype): the fused kernels and the foreach fast paths want one
+// device and one dtype per call. Few buckets, so a linear search.
+std::vector<std::vector<std::size_t>> buckets(const std::vector<at::Tensor>& params,
+                                              const std::vector<std::size_t>& active) {
+  std::vector<std::pair<std::pair<c10::Device, at::ScalarType>, std::vector<std::size_t>>> out;
+  for (std::size_t i : active) {
+    const auto key = std::make_pair(params[i].device(), params[i].scalar_type());
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& b) { return b.first == key; });
+    if (it == out.end()) {
+      out.push_back({key, {}});
+      it = std::prev(out.end());
+    }
+    it->second.push_back(i);
+  }
+  std::vector<std::vector<std::size_t>> result;
+  for (auto& b : out) result.push_back(std::move(b.second));
+  return result;
+}
+
+std::vector<at::Tensor> pick(const std::vector<at::Tensor>& from, const std::vector<std::size_t>& idx) {
+  std::vector<at::Tensor> out;
+  out.reserve(idx.size());
+  for (std::size_t i : idx) out.push_back(from[i]);
+  return out;
+}
+
+// Adam/AdamW on foreach ops, the same arithmetic as the fused kernels (and PyTorch's multi-tensor path).
+void foreach_adam(std::vector<at::Tensor> params, std::vector<at::Tensor> grads, std::vector<at::Tensor> m,
+                  std::vector<at::Tensor> v, std::vector<at::Tensor> steps, double lr, double beta1, double beta2,
+                  double weight_decay, double eps, bool decoupled) {
+  at::_foreach_add_(steps, 1);
+  if (weight_decay != 0) {
+    if (decoupled) {
+      at::_foreach_mul_(params, 1 - lr * weight_decay);
+    } else {
+      grads = at::_foreach_add(grads, params, weight_decay);
+    }
+  }
+  at::_foreach_lerp_(m, grads, 1 - beta1);
+  at::_foreach_mul_(v, beta2);
+  at::_foreach_addcmul_(v, grads, grads, 1 - beta2);
+  std::vector<at::Scalar> bc2_sqrt, neg_step_size;
+  for (const auto& s : steps) {
+    const double step = s.item<double>();  // CPU tensors on this path: no device sync
+    bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(beta2, step)));
+    neg_step_size.emplace_back(-lr / (1 - std::pow(beta1, step)));
+  }
+  auto denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, bc2_sqrt);
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(params, m, denom, neg_step_size);
+}
+
+}  // namespace
+
+bool fused_kernel_available(const at::Tensor& param) {
+  const auto dev = param.device().type();
+  const auto dt = param.scalar_type();
+  return (dev == c10::DeviceType::CPU || dev == c10::DeviceType::CUDA) &&
+         (dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16) &&
+         param.layout() == at::kStrided && param.is_non_overlapping_and_dense();
+}
+
+Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
+    : options_(std::move(options)), lr_(options_.lr) {
+  validate(options_);
+  adam_ = options_.type != "sgd";
+  decoupled_ = options_.type == "adamw";
+
+  ParamGroup decay{"decay", {}, {}, options_.weight_decay};
+  ParamGroup plain{"no_decay", {}, {}, 0.0};
+  std::unordered_set<const void*> seen_tensors;
+  std::set<std::string> seen_names;
+  std::size_t frozen = 0;
+  for (const auto& [name, p] : params) {
+    BELLOWS_CHECK(p.defined(), fmt::format("parameter '{}' is an undefined tensor", name),
+                  "pass the model's parameters");
+    if (!p.requires_grad()) {
+      ++frozen;
+      continue;
+    }
+    if (!seen_tensors.insert(p.unsafeGetTensorImpl()).second) continue;  // tied weights: update once
+    BELLOWS_CHECK(seen_names.insert(name).second, fmt::format("two parameters are named '{}'", name),
+                  "parameter names key the optimizer state, so they must be unique");
+    BELLOWS_CHECK_CONFIG(at::isFloatingType(p.scalar_type()),
+                         fmt::format("parameter '{}' has dtype {}, the optimizer needs floating point", name,
+                                     c10::toString(p.scalar_type())),
+                         "freeze it (train.freeze) or make it a buffer");
+    if (options_.implementation == "fused") {
+      BELLOWS_CHECK_CONFIG(
+          fused_kernel_available(p),
+          fmt::format("optim.implementation is 'fused' but parameter '{}' ({} {} on {}) has no fused "
+                      "{} kernel",
+                      name, c10::toString(p.scalar_type()), shape_of(p), p.device().str(), options_.type),
+          "set optim.implementation to auto or foreach (fused kernels: CPU and CUDA; float32, "
+          "float64, float16, bfloat16; dense tensors)");
+    }
+    ParamGroup& group = no_decay(name, p, options_.no_decay_patterns) ? plain : decay;
+    group.names.push_back(name);
+    group.params.push_back(p);
+  }
+  BELLOWS_CHECK_CONFIG(
+      !seen_tensors.empty(),
+      fmt::format("the optimizer has no trainable parameter ({} given, {} frozen)", params.size(), frozen),
+      "check train.freeze: at least one parameter must require gradients");
+  for (auto* g : {&decay, &plain}) {
+    if (!g->params.empty()) groups_.push_back(std::move(*g));
+  }
+
+  fused_ = options_.implementation == "fused";
+  if (options_.implementation == "auto") {
+    fused_ = std::all_of(groups_.begin(), groups_.end(), [](const ParamGroup& g) {
+      return std::all_of(g.params.begin(), g.params.end(), fused_kernel_available);
+    });
+  }
+  for (auto* state : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) {
+    state->resize(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g) (*state)[g].resize(groups_[g].params.size());
+  }
+}
+
+std::vector<at::Tensor> Optimizer::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+at::Tensor Optimizer::new_step_tensor(const at::Tensor& param) const {
+  // The fused Adam kernels read the step on the parameter's device; everything else reads it on the host.
+  const c10::Device device = (fused_ && adam_) ? param.device() : c10::Device(c10::kCPU);
+  return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_) {
+    for (auto& p : g.params) p.mutable_grad().reset();
+  }
+}
+
+void Optimizer::step() {
+  c10::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& group = groups_[g];
+    std::vector<std::size_t> active;
+    std::vector<at::Tensor> grads(group.params.size());
+    for (std::size_t i = 0; i < group.params.size(); ++i) {
+      const at::Tensor& p = group.params[i];
+      at::Tensor grad = p.grad();
+      if (!grad.defined()) continue;  // no gradient this step: skipped, as PyTorch does
+      BELLOWS_CHECK_CONFIG(grad.layout() == at::kStrided,
+                           fmt::format("parameter '{}' has a sparse gradient", group.names[i]),
+                           "the optimizers here need dense gradients (e.g. an embedding with sparse=false)");
+      BELLOWS_CHECK(grad.device() == p.device(),
+                    fmt::format("gradient of '{}' is on {}, the parameter on {}", group.names[i], grad.device().str(),
+                                p.device().str()),
+                    "gradients must live with their parameters");
+      // The fused kernels walk param, grad and state as one flat array: same dtype and same strides.
+      if (grad.scalar_type() != p.scalar_type() || grad.strides() != p.strides()) {
+        grad = at::empty_like(p).copy_(grad);
+      }
+      grads[i] = std::move(grad);
+      active.push_back(i);
+    }
+    if (active.empty()) continue;
+    if (adam_) {
+      step_adam(g, active, grads);
+    } else {
+      step_sgd(g, active, grads);
+    }
+  }
+  ++step_count_;
+}
+
+void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads) {
+  const auto& group = groups_[g];
+  for (std::size_t i : active) {
+    if (!exp_avg_[g][i].defined()) {
+      const at::Tensor& p = group.params[i];
+      exp_avg_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
+      exp_avg_sq_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
+      state_steps_[g][i] = new_step_tensor(p);
+    }
+  }
+  const auto& o = options_;
+  for (const auto& idx : buckets(group.params, active)) {
+    auto params = pick(group.params, idx);
+    auto grad_list = pick(grads, idx);
+    auto m = pick(exp_avg_[g], idx);
+    auto v = pick(exp_avg_sq_[g], idx);
+    auto steps = pick(state_steps_[g], idx);
+    if (fused_) {
+      at::_foreach_add_(steps, 1);  // the kernels read the incremented step
+      if (decoupled_) {
+        at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                          /*amsgrad=*/false, /*maximize=*/false);
+      } else {
+        at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                         /*amsgrad=*/false, /*maximize=*/false);
+      }
+    } else {
+      foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
+                   o.beta2, group.weight_decay, o.eps, decoupled_);
+    }
+  }
+}
+
+void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads) {
+  const auto& group = groups_[g];
+  const auto& o = options_;
+  const double wd = group.weight_decay;
+  const bool with_momentum = o.momentum != 0;
+  // Parameters updated for the first time start their momentum buffer at the gradient (no dampening), which
+  // the fused kernel does only for a whole call: first-timers and the others go in separate calls.
+  std::vector<std::size_t> first, later;
+  for (std::size_t i : active) {
+    if (!state_steps_[g][i].defined()) {
+      state_steps_[g][i] = new_step_tensor(group.params[i]);
+      first.push_back(i);
+    } else {
+      later.push_back(i);
+    }
+  }
+  at::_foreach_add_(pick(state_steps_[g], active), 1);  // CPU counters: how many updates each parameter had
+
+  for (const auto* subset : {&first, &later}) {
+    const bool is_first = subset == &first;
+    for (const auto& idx : buckets(group.params, *subset)) {
+      auto params = pick(group.params, idx);
+      auto grad_list = pick(grads, idx);
+      if (fused_) {
+        if (with_momentum && is_first) {
+          for (std::size_t i : idx)
+            momentum_buffer_[g][i] = at::empty_like(group.params[i], at::MemoryFormat::Preserve);
+        }
+        const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
+        at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_, o.dampening, o.nesterov, /*maximize=*/false,
+                        /*is_first_step=*/with_momentum && is_first);
+        continue;
+      }
+      if (wd != 0) grad_list = at::_foreach_add(grad_list, params, wd);
+      if (with_momentum) {
+        if (is_first) {
+          for (std::size_t k = 0; k < idx.size(); ++k) {
+            momentum_buffer_[g][idx[k]] = grad_list[k].clone(at::MemoryFormat::Preserve);
+          }
+        }
+        auto bufs = pick(momentum_buffer_[g], idx);
+        if (!is_first) {
+          at::_foreach_mul_(bufs, o.momentum);
+          at::_foreach_add_(bufs, grad_list, 1 - o.dampening);
+        }
+        grad_list = o.nesterov ? at::_foreach_add(grad_list, bufs, o.momentum) : bufs;
+      }
+      at::_foreach_add_(params, grad_list, -lr_);
+    }
+  }
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  put_double(out, "lr", lr_);
+  put_int(out, "steps", step_count_);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const std::string& name = groups_[g].names[i];
+      const at::Tensor& step = state_steps_[g][i];
+      out["step." + name] = step.defined() ? step : at::zeros({}, at::TensorOptions().dtype(at::kFloat));
+      if (!step.defined()) continue;
+      if (adam_) {
+        out["exp_avg." + name] = exp_avg_[g][i];
+        out["exp_avg_sq." + name] = exp_avg_sq_[g][i];
+      } else if (options_.momentum != 0) {
+        out["momentum_buffer." + name] = momentum_buffer_[g][i];
+      }
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  c10::NoGradGuard no_grad;
+  const char* hint = "the state was saved by a different model, optimizer type or freeze setting";
+  std::set<std::string> known = {"lr", "steps"};
+  for (const auto& group : groups_) {
+    for (const auto& name : group.names) {
+      for (const char* kind : {"step.", "exp_avg.", "exp_avg_sq.", "momentum_buffer."}) known.insert(kind + name);
+    }
+  }
+  for (const auto& [key, value] : state) {
+    BELLOWS_CHECK_DATA(known.count(key) != 0,
+                       fmt::format("optimizer state entry '{}' belongs to no trainable parameter of this {} optimizer",
+                                   key, options_.type),
+                       hint);
+  }
+  const double lr = get_double(state, "lr");
+  const std::int64_t steps = get_int(state, "steps");
+
+  // Build everything first, so that an error leaves this optimizer as it was.
+  auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_, momentum_buffer = momentum_buffer_, state_steps = state_steps_;
+  auto load_like = [&](const std::string& key, const at::Tensor& p) {
+    const at::Tensor& t = get_tensor(state, key);
+    BELLOWS_CHECK_DATA(t.defined() && t.sizes() == p.sizes(),
+                       fmt::format("optimizer state entry '{}' has shape {}, the parameter has shape {}", key,
+                                   t.defined() ? shape_of(t) : "(undefined)", shape_of(p)),
+                       hint);
+    return at::empty_like(p, at::MemoryFormat::Preserve).copy_(t);  // onto the parameter's device, dtype, layout
+  };
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const std::string& name = groups_[g].names[i];
+      const at::Tensor& p = groups_[g].params[i];
+      const at::Tensor& step = get_tensor(state, "step." + name);
+      BELLOWS_CHECK_DATA(step.defined() && step.numel() == 1,
+                         fmt::format("optimizer state entry 'step.{}' is not a scalar", name), hint);
+      exp_avg[g][i] = exp_avg_sq[g][i] = momentum_buffer[g][i] = state_steps[g][i] = at::Tensor();
+      if (step.item<double>() == 0) continue;  // never updated: no state
+      state_steps[g][i] = new_step_tensor(p).copy_(step.reshape({}));
+      if (adam_) {
+        exp_avg[g][i] = load_like("exp_avg." + name, p);
+        exp_avg_sq[g][i] = load_like("exp_avg_sq." + name, p);
+      } else if (options_.momentum != 0) {
+        momentum_buffer[g][i] = load_like("momentum_buffer." + name, p);
+      }
+    }
+  }
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+  momentum_buffer_ = std::move(momentum_buffer);
+  state_steps_ = std::move(state_steps);
+  lr_ = lr;
+  step_count_ = steps;
+}
+
+}  // namespace bellows::train

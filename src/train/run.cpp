@@ -1,0 +1,299 @@
+// Config-driven training runs; see run.h.
+#include "bellows/train/run.h"
+
+#include <fmt/format.h>
+#include <torch/utils.h>
+
+#include <fstream>
+
+#include "bellows/data/synthetic.h"
+#include "bellows/data/tensor_source.h"
+#include "bellows/hw/hardware_info.h"
+#include "bellows/models/registry.h"
+#include "bellows/obs/console_sink.h"
+#include "bellows/obs/jsonl_sink.h"
+#include "bellows/plan/plan.h"
+#include "bellows/util/check.h"
+
+namespace bellows::train {
+namespace fs = std::filesystem;
+using config::Type;
+
+const char* const kDemoConfig = R"(# bellows' embedded default: a small MLP learns a synthetic regression task.
+name: demo
+seed: 0
+data:
+  source: synthetic
+  kind: regression
+  samples: 16384
+  features: 32
+  batch_size: 128
+  val_fraction: 0.1
+model:
+  name: mlp
+  in_features: 32
+  hidden: [128, 128]
+  out_features: 1
+train:
+  epochs: 4
+  log_every_n_steps: 10
+optim:
+  type: adamw
+  lr: 0.003
+  weight_decay: 0.01
+schedule:
+  type: cosine
+  warmup_steps: 20
+)";
+
+config::Schema run_schema(const std::string& model_name) {
+  config::Schema s;
+  auto node = [](auto v) { return YAML::Node(v); };
+  s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
+  s.add("output_dir", Type::kString, "directory that holds run directories").default_value(node("runs"));
+  s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
+  // plan
+  s.add("device", Type::kString, "auto | cpu | cuda | cuda:N").default_value(node("auto"));
+  s.add("precision", Type::kString, "numeric precision policy")
+      .choices({"auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"}).default_value(node("auto"));
+  s.add("threads", Type::kInt, "intra-op CPU threads (0: one per usable core)").min(0).default_value(node(0));
+  s.add("deterministic", Type::kBool, "deterministic algorithms and cuDNN; bitwise-reproducible runs").default_value(node(false));
+  s.add("cudnn_benchmark", Type::kString, "let cuDNN time its algorithms").choices({"auto", "true", "false"}).default_value(node("auto"));
+  s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));
+  // train
+  s.add("train.epochs", Type::kInt, "passes over the training data").min(1).default_value(node(1));
+  s.add("train.max_steps", Type::kInt, "stop after this many optimizer steps (0: no limit)").min(0).default_value(node(0));
+  s.add("train.accumulation_steps", Type::kInt, "micro-batches per optimizer step").min(1).default_value(node(1));
+  s.add("train.clip_max_norm", Type::kDouble, "clip the global gradient L2 norm (0: off)").min(0).default_value(node(0.0));
+  s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
+  s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));
+  s.add("train.eval_every_n_steps", Type::kInt, "optimizer steps between evaluations (0: each epoch end)").min(0).default_value(node(0));
+  s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
+  // optimizer
+  s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));
+  s.add("optim.lr", Type::kDouble, "peak learning rate").min(0).default_value(node(1e-3));
+  s.add("optim.betas", Type::kDoubleList, "Adam betas").min(0).max(0.999999).default_value(YAML::Load("[0.9, 0.999]"));
+  s.add("optim.eps", Type::kDouble, "Adam epsilon").min(0).default_value(node(1e-8));
+  s.add("optim.weight_decay", Type::kDouble, "weight decay (not applied to biases and norms)").min(0).default_value(node(0.01));
+  s.add("optim.momentum", Type::kDouble, "SGD momentum").min(0).max(1).default_value(node(0.0));
+  s.add("optim.nesterov", Type::kBool, "SGD Nesterov momentum").default_value(node(false));
+  s.add("optim.implementation", Type::kString, "kernel choice").choices({"auto", "fused", "foreach"}).default_value(node("auto"));
+  s.add("optim.no_decay", Type::kStringList, "name substrings exempt from weight decay").default_value(YAML::Load("[bias, norm, bn, ln]"));
+  // schedule
+  s.add("schedule.type", Type::kString, "LR schedule after warmup")
+      .choices({"cosine", "linear", "step", "constant", "plateau"}).default_value(node("constant"));
+  s.add("schedule.warmup_steps", Type::kInt, "linear warmup steps").min(0).default_value(node(0));
+  s.add("schedule.warmup_start_factor", Type::kDouble, "warmup starts at this fraction of lr").min(0).max(1).default_value(node(0.0));
+  s.add("schedule.total_steps", Type::kInt, "cosine/linear: decay length (0: the whole run)").min(0).default_value(node(0));
+  s.add("schedule.min_lr_factor", Type::kDouble, "final lr as a fraction of lr").min(0).max(1).default_value(node(0.0));
+  s.add("schedule.step_size", Type::kInt, "step: steps between decays").min(1).default_value(node(1000));
+  s.add("schedule.gamma", Type::kDouble, "step: decay factor").min(0).max(1).default_value(node(0.1));
+  s.add("schedule.factor", Type::kDouble, "plateau: decay factor").min(0).max(1).default_value(node(0.1));
+  s.add("schedule.patience", Type::kInt, "plateau: evaluations without improvement").min(0).default_value(node(10));
+  s.add("schedule.threshold", Type::kDouble, "plateau: relative improvement that counts").min(0).default_value(node(1e-4));
+  // ema
+  s.add("ema.enabled", Type::kBool, "keep an exponential moving average of the weights").default_value(node(false));
+  s.add("ema.decay", Type::kDouble, "EMA decay").min(0).max(1).default_value(node(0.999));
+  s.add("ema.every_n_steps", Type::kInt, "optimizer steps between EMA updates").min(1).default_value(node(1));
+  s.add("ema.start_step", Type::kInt, "first optimizer step averaged").min(0).default_value(node(0));
+  s.add("ema.eval", Type::kBool, "evaluate with the EMA weights").default_value(node(false));
+  // loss scaling (fp16-mixed)
+  s.add("scaler.init_scale", Type::kDouble, "initial loss scale").min(1).default_value(node(65536.0));
+  s.add("scaler.growth_factor", Type::kDouble, "scale growth").min(1).default_value(node(2.0));
+  s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(0).max(1).default_value(node(0.5));
+  s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
+  // data (issue 4 adds file formats)
+  s.add("data.source", Type::kString, "where samples come from").choices({"synthetic"}).default_value(node("synthetic"));
+  s.add("data.kind", Type::kString, "synthetic: task").choices({"regression", "classification"}).default_value(node("regression"));
+  s.add("data.samples", Type::kInt, "synthetic: samples").min(1).default_value(node(16384));
+  s.add("data.features", Type::kInt, "synthetic: features").min(1).default_value(node(64));
+  s.add("data.classes", Type::kInt, "synthetic classification: classes").min(2).default_value(node(10));
+  s.add("data.noise", Type::kDouble, "synthetic regression: noise std").min(0).default_value(node(0.05));
+  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch)").min(1).default_value(node(32));
+  s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded)").default_value(node(true));
+  s.add("data.drop_last", Type::kBool, "drop the last incomplete batch").default_value(node(false));
+  s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
+  // model
+  s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
+  models::find_model(model_name).add_keys(s);
+
+  for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-size", "data.batch_size"}, {"--epochs", "train.epochs"}, {"--lr", "optim.lr"},
+           {"--precision", "precision"}, {"--device", "device"}, {"--accumulation-steps", "train.accumulation_steps"},
+           {"--clip-max-norm", "train.clip_max_norm"}, {"--seed", "seed"}, {"--output-dir", "output_dir"},
+           {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"}}) {
+    s.alias(flag, key);
+  }
+  return s;
+}
+
+config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
+  config::Config c = file ? config::Config::load(*file) : config::Config::parse(kDemoConfig, "<embedded demo>");
+  c.apply_arguments(args, run_schema("mlp").aliases());
+  std::string model = "mlp";
+  if (c.has("model.name") && c.node("model.name").IsScalar()) model = c.node("model.name").as<std::string>();
+  const auto& entry = models::find_model(model);  // unknown names fail here, naming the closest
+  run_schema(entry.name).validate(c);
+  return c;
+}
+
+namespace {
+
+plan::PlanRequest plan_request(const config::Config& c) {
+  plan::PlanRequest r;
+  r.device = config::get_string(c, "device");
+  r.precision = config::get_string(c, "precision");
+  r.threads = config::get_int(c, "threads");
+  r.deterministic = config::get_bool(c, "deterministic");
+  r.cudnn_benchmark = config::get_string(c, "cudnn_benchmark");
+  r.channels_last = config::get_bool(c, "channels_last");
+  return r;
+}
+
+TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
+  TrainerOptions o;
+  o.device = p.device;
+  o.precision = p.precision;
+  o.channels_last = p.channels_last;
+  o.non_blocking = p.pin_memory;
+  o.scaler.init_scale = config::get_double(c, "scaler.init_scale");
+  o.scaler.growth_factor = config::get_double(c, "scaler.growth_factor");
+  o.scaler.backoff_factor = config::get_double(c, "scaler.backoff_factor");
+  o.scaler.growth_interval = config::get_int(c, "scaler.growth_interval");
+  o.epochs = config::get_int(c, "train.epochs");
+  o.max_steps = config::get_int(c, "train.max_steps");
+  o.accumulation_steps = config::get_int(c, "train.accumulation_steps");
+  o.clip_max_norm = config::get_double(c, "train.clip_max_norm");
+  o.clip_value = config::get_double(c, "train.clip_value");
+  o.log_every_n_steps = config::get_int(c, "train.log_every_n_steps");
+  o.eval_every_n_steps = config::get_int(c, "train.eval_every_n_steps");
+  o.freeze = config::get_string_list(c, "train.freeze");
+  auto& opt = o.optimizer;
+  opt.type = config::get_string(c, "optim.type");
+  opt.lr = config::get_double(c, "optim.lr");
+  const auto betas = config::get_double_list(c, "optim.betas");
+  BELLOWS_CHECK_CONFIG(betas.size() == 2, fmt::format("optim.betas has {} values, expected 2 ({})", betas.size(), c.origin("optim.betas").str()),
+                       "write optim.betas: [0.9, 0.999]");
+  opt.beta1 = betas[0];
+  opt.beta2 = betas[1];
+  opt.eps = config::get_double(c, "optim.eps");
+  opt.weight_decay = config::get_double(c, "optim.weight_decay");
+  opt.momentum = config::get_double(c, "optim.momentum");
+  opt.nesterov = config::get_bool(c, "optim.nesterov");
+  opt.implementation = config::get_string(c, "optim.implementation");
+  opt.no_decay_patterns = config::get_string_list(c, "optim.no_decay");
+  auto& sch = o.schedule;
+  sch.type = config::get_string(c, "schedule.type");
+  sch.warmup_steps = config::get_int(c, "schedule.warmup_steps");
+  sch.warmup_start_factor = config::get_double(c, "schedule.warmup_start_factor");
+  sch.total_steps = config::get_int(c, "schedule.total_steps");
+  sch.min_lr_factor = config::get_double(c, "schedule.min_lr_factor");
+  sch.step_size = config::get_int(c, "schedule.step_size");
+  sch.gamma = config::get_double(c, "schedule.gamma");
+  sch.factor = config::get_double(c, "schedule.factor");
+  sch.patience = config::get_int(c, "schedule.patience");
+  sch.threshold = config::get_double(c, "schedule.threshold");
+  if (config::get_bool(c, "ema.enabled")) {
+    o.ema = EmaOptions{config::get_double(c, "ema.decay"), config::get_int(c, "ema.every_n_steps"), config::get_int(c, "ema.start_step")};
+    o.eval_with_ema = config::get_bool(c, "ema.eval");
+  }
+  BELLOWS_CHECK_CONFIG(o.ema || !config::get_bool(c, "ema.eval"), fmt::format("ema.eval is true but ema.enabled is false ({})", c.origin("ema.eval").str()),
+                       "set ema.enabled: true, or drop ema.eval");
+  return o;
+}
+
+// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
+fs::path make_run_dir(const config::Config& c) {
+  const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
+  fs::path dir = base;
+  for (int i = 2; fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
+                         "check output_dir and its permissions");
+  return dir;
+}
+
+// Written to a temporary name and renamed, so a reader never sees half a file.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    BELLOWS_CHECK_RESOURCE(out.good(), fmt::format("writing {} failed", tmp.string()), "check free disk space");
+  }
+  fs::rename(tmp, path);
+}
+
+std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
+                                           hw.memory.total_bytes / double(1LL << 30), hw.torch.version));
+  std::string gpus;
+  for (const auto& g : hw.cuda.gpus) gpus += fmt::format("{}cuda:{} {} ({:.0f} GiB)", gpus.empty() ? "" : ", ", g.index, g.name, g.total_memory_bytes / double(1LL << 30));
+  rows.emplace_back("gpu", hw.cuda.usable ? gpus : hw.cuda.reason);
+  for (const auto& e : p.entries) rows.emplace_back(e.key, fmt::format("{:<11} {}", e.value, e.reason));
+  return rows;
+}
+
+}  // namespace
+
+RunResult run(const config::Config& c, const RunOptions& options) {
+  // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  const plan::Plan p = plan::resolve(plan_request(c), hw);
+  plan::apply(p);
+  const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
+  torch::manual_seed(seed);
+
+  // --- data ---
+  data::SyntheticOptions so;
+  so.kind = config::get_string(c, "data.kind");
+  so.samples = config::get_int(c, "data.samples");
+  so.features = config::get_int(c, "data.features");
+  so.classes = config::get_int(c, "data.classes");
+  so.noise = config::get_double(c, "data.noise");
+  so.seed = seed;
+  auto [train_tensors, val_tensors] = data::split_tail(data::make_synthetic(so), config::get_double(c, "data.val_fraction"));
+  data::TensorSourceOptions to;
+  to.batch_size = config::get_int(c, "data.batch_size");
+  to.shuffle = config::get_bool(c, "data.shuffle");
+  to.drop_last = config::get_bool(c, "data.drop_last");
+  to.seed = seed;
+  data::TensorSource train_source(train_tensors, to);
+  std::optional<data::TensorSource> val_source;
+  if (!val_tensors.empty()) {
+    to.shuffle = false;
+    to.drop_last = false;
+    val_source.emplace(val_tensors, to);
+  }
+  if (c.has("model.in_features")) {
+    BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == so.features,
+                         fmt::format("model.in_features is {} ({}) but data.features is {} ({})", config::get_int(c, "model.in_features"),
+                                     c.origin("model.in_features").str(), so.features, c.origin("data.features").str()),
+                         "make the model's input width match the data");
+  }
+
+  // --- model, task, trainer ---
+  models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c);
+  TrainerOptions trainer_opts = trainer_options(c, p);
+  trainer_opts.stop_flag = options.stop_flag;
+  Trainer trainer(built.module, built.task, trainer_opts);
+
+  // --- run directory and sinks ---
+  const fs::path dir = make_run_dir(c);
+  write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());
+  write_file_atomically(dir / "plan.json", p.to_json());
+  trainer.set_run_info(config::get_string(c, "name"), dir.string());
+  trainer.set_header(header_rows(hw, p));
+  if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
+  trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+
+  RunResult result;
+  result.run_dir = dir;
+  result.fit = trainer.fit(train_source, val_source ? &*val_source : nullptr);
+  return result;
+}
+
+}  // namespace bellows::train

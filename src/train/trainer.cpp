@@ -1,0 +1,335 @@
+// The training loop. Trainer::fit reads top to bottom as the story of a step (ARCHITECTURE.md): fetch
+// micro-batches, forward under autocast, backward through the precision policy, unscale, clip, step
+// (skipped on non-finite gradients), schedule, EMA, meters, evaluation.
+#include "bellows/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "bellows/train/freeze.h"
+#include "bellows/util/check.h"
+
+namespace bellows::train {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+NamedParameters named_parameters(torch::nn::Module& model) {
+  NamedParameters out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+NamedParameters named_state(torch::nn::Module& model) {
+  NamedParameters out = named_parameters(model);
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+data::Batch to_device(const data::Batch& batch, const TrainerOptions& options) {
+  data::Batch b = batch.to(options.device, options.non_blocking);
+  if (options.channels_last) {
+    for (auto& [name, t] : b.tensors) {
+      if (t.dim() == 4 && t.is_floating_point()) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+    }
+  }
+  return b;
+}
+
+bool uses_total_steps(const std::string& type) { return type == "cosine" || type == "linear"; }
+
+}  // namespace
+
+// Sums over one logging window, kept as device tensors so that logging is the only synchronisation.
+struct Trainer::Window {
+  at::Tensor loss_sum;
+  std::vector<std::pair<std::string, at::Tensor>> metric_sums;
+  std::int64_t micro_batches = 0;
+  double grad_norm_sum = 0;
+  std::int64_t optimizer_calls = 0;  // stepped or skipped
+  std::int64_t samples = 0;
+  double start_s = 0;
+  double epoch_start_s = 0;
+
+  void add(const StepOutput& out) {
+    const at::Tensor loss = out.loss.detach().to(at::kFloat);
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss.clone();
+    if (metric_sums.empty()) {
+      for (const auto& [name, value] : out.metrics) metric_sums.emplace_back(name, value.detach().to(at::kFloat).clone());
+    } else {
+      for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) {
+        metric_sums[i].second += out.metrics[i].second.detach().to(at::kFloat);
+      }
+    }
+    ++micro_batches;
+  }
+  void reset(double t) {
+    loss_sum = at::Tensor();
+    metric_sums.clear();
+    micro_batches = optimizer_calls = samples = 0;
+    grad_norm_sum = 0;
+    start_s = t;
+  }
+};
+
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task> task, TrainerOptions options)
+    : model_(std::move(model)), task_(std::move(task)), options_(std::move(options)) {
+  BELLOWS_CHECK_CONFIG(model_ != nullptr && task_ != nullptr, "the trainer needs a model and a task", "pass both");
+  BELLOWS_CHECK_CONFIG(options_.epochs >= 1, fmt::format("epochs is {}, expected >= 1", options_.epochs), "set train.epochs");
+  BELLOWS_CHECK_CONFIG(options_.accumulation_steps >= 1,
+                       fmt::format("accumulation_steps is {}, expected >= 1", options_.accumulation_steps),
+                       "set train.accumulation_steps to 1 (no accumulation) or more");
+  BELLOWS_CHECK_CONFIG(options_.clip_max_norm >= 0 && options_.clip_value >= 0,
+                       fmt::format("clip_max_norm={} clip_value={}, expected >= 0", options_.clip_max_norm, options_.clip_value),
+                       "use 0 to disable clipping");
+  BELLOWS_CHECK_CONFIG(options_.log_every_n_steps >= 1, "log_every_n_steps must be >= 1", "set train.log_every_n_steps");
+  BELLOWS_CHECK_CONFIG(!options_.eval_with_ema || options_.ema.has_value(), "eval_with_ema is set but EMA is off",
+                       "enable ema or unset eval_with_ema");
+
+  model_->to(options_.device);
+  if (options_.channels_last) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  if (!options_.freeze.empty()) frozen_ = freeze(named_parameters(*model_), options_.freeze);
+  precision_ = precision::make_precision(options_.precision, options_.device, options_.scaler);
+  precision_->configure_backends();
+  optimizer_ = std::make_unique<Optimizer>(named_parameters(*model_), options_.optimizer);
+  if (options_.ema) ema_ = std::make_unique<Ema>(named_state(*model_), *options_.ema);
+}
+
+void Trainer::message(const std::string& text) {
+  for (auto& sink : sinks_) sink->on_message(text);
+}
+
+double Trainer::clip_gradients(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return 0.0;
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  const at::Tensor total = at::stack(norms).to(at::kFloat).norm(2);
+  const double norm = total.item<double>();  // the pre-clip norm is a reported metric
+  if (options_.clip_max_norm > 0 && std::isfinite(norm) && norm > options_.clip_max_norm) {
+    at::_foreach_mul_(grads, options_.clip_max_norm / (norm + 1e-6));
+  }
+  if (options_.clip_value > 0) {
+    for (auto& g : grads) g.clamp_(-options_.clip_value, options_.clip_value);
+  }
+  return norm;
+}
+
+void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch) {
+  if (w.micro_batches == 0) return;
+  const double t = now_s();
+  obs::StepRecord r;
+  r.step = step_;
+  r.epoch = epoch;
+  r.batch_in_epoch = batch_in_epoch;
+  r.batches_per_epoch = batches_per_epoch;
+  r.elapsed_s = t - run_start_s_;
+  r.epoch_elapsed_s = t - w.epoch_start_s;
+  r.samples_per_s = w.samples / std::max(t - w.start_s, 1e-9);
+  r.step_time_ms = 1000.0 * (t - w.start_s) / std::max<std::int64_t>(w.optimizer_calls, 1);
+  r.lr = optimizer_->lr();
+  const double n = static_cast<double>(w.micro_batches);
+  r.values.emplace_back("loss", w.loss_sum.item<double>() / n);
+  for (const auto& [name, sum] : w.metric_sums) r.values.emplace_back(name, sum.item<double>() / n);
+  r.values.emplace_back("grad_norm", w.grad_norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
+  for (const auto& m : precision_->metrics()) r.values.push_back(m);
+  for (auto& sink : sinks_) sink->on_step(r);
+  last_record_ = r;
+  const double epoch_start = w.epoch_start_s;
+  w.reset(t);
+  w.epoch_start_s = epoch_start;
+}
+
+std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model_->is_training();
+  model_->eval();
+  if (options_.eval_with_ema) ema_->swap();
+  val.start_epoch(0);
+  double loss_sum = 0, weight = 0;
+  std::vector<std::pair<std::string, double>> metric_sums;
+  while (auto batch = val.next()) {
+    const data::Batch b = to_device(*batch, options_);
+    StepOutput out;
+    {
+      auto guard = precision_->autocast();
+      out = task_->eval_step(*model_, b);
+    }
+    const double w = static_cast<double>(b.size);
+    loss_sum += out.loss.item<double>() * w;
+    if (metric_sums.empty()) {
+      for (const auto& [name, v] : out.metrics) metric_sums.emplace_back(name, 0.0);
+    }
+    for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) {
+      metric_sums[i].second += out.metrics[i].second.item<double>() * w;
+    }
+    weight += w;
+  }
+  if (options_.eval_with_ema) ema_->swap();
+  if (was_training) model_->train();
+  BELLOWS_CHECK_DATA(weight > 0, "the validation data produced no batches", "check the validation split and batch size");
+  std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum / weight}};
+  for (const auto& [name, sum] : metric_sums) values.emplace_back(name, sum / weight);
+  return values;
+}
+
+FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
+  const std::int64_t k = options_.accumulation_steps;
+  const std::int64_t batches_per_epoch = train.batches_per_epoch();
+  BELLOWS_CHECK_DATA(batches_per_epoch > 0, "the training data produced no batches",
+                     "check the data source: fewer samples than one batch with drop_last?");
+  const std::int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
+  std::int64_t planned = steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) planned = std::min(planned, options_.max_steps);
+
+  // --- schedule: cosine/linear decay over the planned steps unless told otherwise ---
+  ScheduleOptions schedule_options = options_.schedule;
+  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) schedule_options.total_steps = planned;
+  schedule_ = make_schedule(schedule_options, options_.optimizer.lr);
+  if (!pending_schedule_state_.empty()) schedule_->load_state_dict(pending_schedule_state_);
+
+  run_start_s_ = now_s();
+  obs::RunStart start{run_name_, run_dir_, header_, options_.epochs, batches_per_epoch, planned};
+  for (auto& sink : sinks_) sink->on_run_start(start);
+
+  FitResult result;
+  const std::vector<at::Tensor> params = optimizer_->parameters();
+  const std::string monitor = task_->monitor();
+  Window window;
+  model_->train();
+  bool done = step_ >= planned;
+
+  for (; epoch_ < options_.epochs && !done; ++epoch_) {
+    train.start_epoch(epoch_);
+    window.reset(now_s());
+    window.epoch_start_s = window.start_s;
+    while (!done) {
+      const std::int64_t micro = std::min(k, train.remaining_in_epoch());
+      if (micro == 0) break;
+
+      // --- forward and backward over the micro-batches of one optimizer step ---
+      for (std::int64_t i = 0; i < micro; ++i) {
+        auto batch = train.next();
+        BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
+        const data::Batch b = to_device(*batch, options_);
+        StepOutput out;
+        {
+          auto autocast = precision_->autocast();
+          out = task_->step(*model_, b);
+        }
+        // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
+        // samples give the gradient of one batch of k*b samples.
+        precision_->scale_loss(out.loss / static_cast<double>(micro)).backward();
+        window.add(out);
+        window.samples += b.size;
+        samples_ += b.size;
+        ++batches_in_epoch_;
+      }
+
+      // --- unscale, clip, optimizer step (skipped on non-finite gradients), schedule, EMA ---
+      precision_->unscale(params);
+      const double grad_norm = clip_gradients(params);
+      optimizer_->set_lr(schedule_->lr(step_));  // a skipped step does not advance the schedule
+      const precision::StepOutcome outcome = precision_->step(params, [&] { optimizer_->step(); });
+      optimizer_->zero_grad();
+      ++window.optimizer_calls;
+      window.grad_norm_sum += std::isfinite(grad_norm) ? grad_norm : 0.0;
+      if (outcome.stepped) {
+        ++step_;
+        if (ema_) ema_->update(step_);
+      } else {
+        ++result.skipped_steps;
+        message(fmt::format("step {} skipped: non-finite gradients (grad norm {}); parameters and optimizer state unchanged",
+                            step_ + 1, grad_norm));
+      }
+
+      // --- meters, logging, evaluation, stopping ---
+      const bool last_in_epoch = train.remaining_in_epoch() == 0;
+      if (outcome.stepped && step_ % options_.log_every_n_steps == 0 && !last_in_epoch) {
+        emit_step(window, epoch_, batches_in_epoch_, batches_per_epoch);
+      }
+      if (val && options_.eval_every_n_steps > 0 && outcome.stepped && step_ % options_.eval_every_n_steps == 0) {
+        run_eval(*val, result, monitor);
+      }
+      if (step_ >= planned) done = true;
+      if (options_.stop_flag && options_.stop_flag->load()) {
+        result.interrupted = done = true;
+      }
+    }
+    emit_step(window, epoch_, batches_in_epoch_, batches_per_epoch);
+    if (train.remaining_in_epoch() > 0) break;  // stopped mid-epoch: by max_steps or a stop request
+    for (auto& sink : sinks_) sink->on_epoch_end(epoch_, last_record_);
+    if (val && options_.eval_every_n_steps == 0) run_eval(*val, result, monitor);
+    batches_in_epoch_ = 0;
+    ++result.epochs_completed;
+  }
+
+  // --- summary ---
+  result.steps = step_;
+  result.samples = samples_;
+  result.seconds = now_s() - run_start_s_;
+  for (const auto& [name, value] : last_record_.values) {
+    if (name == "loss") result.final_loss = value;
+  }
+  obs::RunEnd end;
+  end.interrupted = result.interrupted;
+  end.summary = {{"optimizer steps", std::to_string(result.steps)},
+                 {"skipped steps", std::to_string(result.skipped_steps)},
+                 {"epochs completed", fmt::format("{} of {}", result.epochs_completed, options_.epochs)},
+                 {"samples", std::to_string(result.samples)},
+                 {"wall time", fmt::format("{:.1f} s", result.seconds)},
+                 {"throughput", fmt::format("{:.1f} samples/s", result.samples / std::max(result.seconds, 1e-9))},
+                 {"final train loss", fmt::format("{:.6g}", result.final_loss)}};
+  if (result.last_eval) end.summary.emplace_back("last eval " + monitor, fmt::format("{:.6g}", *result.last_eval));
+  for (auto& sink : sinks_) sink->on_run_end(end);
+  return result;
+}
+
+void Trainer::run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor) {
+  const auto values = evaluate(val);
+  obs::EvalRecord r{step_, epoch_, options_.eval_with_ema, values};
+  for (auto& sink : sinks_) sink->on_eval(r);
+  for (const auto& [name, value] : values) {
+    if (name == monitor) {
+      result.last_eval = value;
+      schedule_->observe_metric(value);
+    }
+  }
+}
+
+StateDict Trainer::state_dict() const {
+  StateDict s;
+  merge_prefixed(s, "optim", optimizer_->state_dict());
+  merge_prefixed(s, "precision", precision_->state_dict());
+  if (schedule_) merge_prefixed(s, "schedule", schedule_->state_dict());
+  if (ema_) merge_prefixed(s, "ema", ema_->state_dict());
+  put_int(s, "counters.step", step_);
+  put_int(s, "counters.epoch", epoch_);
+  put_int(s, "counters.batches_in_epoch", batches_in_epoch_);
+  put_int(s, "counters.samples", samples_);
+  return s;
+}
+
+void Trainer::load_state_dict(const StateDict& state) {
+  optimizer_->load_state_dict(sub_dict(state, "optim"));
+  precision_->load_state_dict(sub_dict(state, "precision"));
+  pending_schedule_state_ = sub_dict(state, "schedule");  // the schedule is built when fit() knows the plan
+  if (ema_) ema_->load_state_dict(sub_dict(state, "ema"));
+  step_ = get_int(state, "counters.step");
+  epoch_ = get_int(state, "counters.epoch");
+  batches_in_epoch_ = get_int(state, "counters.batches_in_epoch");
+  samples_ = get_int(state, "counters.samples");
+}
+
+}  // namespace bellows::train

@@ -1,0 +1,192 @@
+// Schema validation and typed getters: each kind of problem, its exact wording with file:line, all problems in
+// one kConfig error, the type rules (int for double, no "1.5" for an int, YAML bools only) and free subtrees.
+#include "bellows/config/schema.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "config_test_util.h"
+
+namespace bellows::config {
+namespace {
+
+using test_support::error_from;
+using test_support::kDataDir;
+using test_support::test_schema;
+
+// The one-line message of validating `yaml` (parsed as run.yaml, with model.name set unless it says so).
+std::string problem(const std::string& yaml) {
+  Config c = Config::parse(yaml, "run.yaml");
+  if (!c.has("model")) c.set("model.name", YAML::Node("mlp"), Origin::noted("test"));
+  const Error e = error_from([&] { test_schema().validate(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+  return e.message();
+}
+
+TEST(SchemaValidate, ValidConfigPassesAndGetsDefaults) {
+  Config c = Config::parse("model:\n  name: mlp\n  args: {anything: [1, {deep: x}]}\noptim:\n  lr: 1\n", "run.yaml");
+  test_schema().validate(c);
+  EXPECT_EQ(get_int(c, "data.batch_size"), 32);
+  EXPECT_EQ(c.origin("data.batch_size").str(), "schema default");
+  EXPECT_DOUBLE_EQ(get_double(c, "optim.lr"), 1.0);  // an int where a double is expected
+  EXPECT_EQ(get_string(c, "precision"), "auto");
+  EXPECT_TRUE(get_bool(c, "data.shuffle"));
+  EXPECT_TRUE(get_string_list(c, "data.tags").empty());
+  EXPECT_FALSE(c.has("data.sizes"));                    // no default, not required
+  EXPECT_EQ(c.node("optim.momentum").Scalar(), "0.9");  // YAML::Node(0.9) stored in its shortest form
+}
+
+TEST(SchemaValidate, UnknownKeySuggestsTheClosestValidKey) {
+  EXPECT_EQ(problem("optim:\n  lrr: 0.1\n"), "run.yaml:2:3: unknown key 'optim.lrr'; did you mean 'optim.lr'?");
+  EXPECT_EQ(problem("data:\n  batchsize: 8\n"),
+            "run.yaml:2:3: unknown key 'data.batchsize'; did you mean 'data.batch_size'?");
+  EXPECT_EQ(problem("optimm:\n  lr: 0.1\n"), "run.yaml:1:1: unknown key 'optimm'; did you mean 'optim'?");
+  // Not close in spelling, but the name of a key in another section.
+  EXPECT_EQ(problem("momentum: 0.5\n"), "run.yaml:1:1: unknown key 'momentum'; did you mean 'optim.momentum'?");
+  EXPECT_EQ(problem("zzzzzzzz: 1\n"), "run.yaml:1:1: unknown key 'zzzzzzzz'");
+}
+
+TEST(SchemaValidate, WrongTypes) {
+  EXPECT_EQ(problem("data:\n  batch_size: 1.5\n"), "run.yaml:2:3: 'data.batch_size' expects an integer, got 1.5");
+  EXPECT_EQ(problem("data:\n  batch_size: \"64\"\n"),
+            "run.yaml:2:3: 'data.batch_size' expects an integer, got \"64\" (a quoted string)");
+  EXPECT_EQ(problem("data:\n  batch_size: 99999999999999999999\n"),
+            "run.yaml:2:3: 'data.batch_size' expects an integer that fits in 64 bits, got 99999999999999999999");
+  EXPECT_EQ(problem("optim:\n  lr: fast\n"), "run.yaml:2:3: 'optim.lr' expects a number, got 'fast'");
+  EXPECT_EQ(problem("optim:\n  lr:\n"), "run.yaml:2:3: 'optim.lr' expects a number, got an empty value (null)");
+  EXPECT_EQ(problem("data:\n  shuffle: yes\n"),
+            "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 'yes'");
+  EXPECT_EQ(problem("data:\n  shuffle: 1\n"), "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 1");
+  EXPECT_EQ(problem("model:\n  name: [a]\n"), "run.yaml:2:3: 'model.name' expects a string, got a list");
+  EXPECT_EQ(problem("optim:\n  lr: {a: 1}\n"), "run.yaml:2:3: 'optim.lr' expects a number, got a mapping");
+  EXPECT_EQ(problem("data:\n  tags: a\n"), "run.yaml:2:3: 'data.tags' expects a list of strings, got 'a'");
+  EXPECT_EQ(problem("data:\n  sizes: [1, 2.5]\n"),
+            "run.yaml:2:3: 'data.sizes' expects a list of integers, but element 1 is 2.5");
+  EXPECT_EQ(problem("data:\n  tags: [a, [b]]\n"),
+            "run.yaml:2:3: 'data.tags' expects a list of strings, but element 1 is a list");
+  EXPECT_EQ(problem("optim: adam\n"),
+            "run.yaml:1:1: 'optim' must be a mapping (of keys such as 'optim.lr'), got 'adam'");
+}
+
+TEST(SchemaValidate, AcceptedTypes) {
+  Config c = Config::parse(
+      "model:\n  name: 123\noptim:\n  lr: 2\n  momentum: .5\ndata:\n  shuffle: False\n  tags: [1, true, x]\n"
+      "  sizes: [1, 0x10]\n  weights: [1, 2.5, 3e-1]\n  batch_size: +8\n",
+      "run.yaml");
+  ASSERT_NO_THROW(test_schema().validate(c));
+  EXPECT_EQ(get_string(c, "model.name"), "123");  // strings accept any scalar text
+  EXPECT_DOUBLE_EQ(get_double(c, "optim.lr"), 2.0);
+  EXPECT_DOUBLE_EQ(get_double(c, "optim.momentum"), 0.5);
+  EXPECT_FALSE(get_bool(c, "data.shuffle"));
+  EXPECT_EQ(get_string_list(c, "data.tags"), (std::vector<std::string>{"1", "true", "x"}));
+  EXPECT_EQ(get_int_list(c, "data.sizes"), (std::vector<std::int64_t>{1, 16}));
+  EXPECT_EQ(get_double_list(c, "data.weights"), (std::vector<double>{1.0, 2.5, 0.3}));
+  EXPECT_EQ(get_int(c, "data.batch_size"), 8);
+}
+
+TEST(SchemaValidate, OutOfRange) {
+  EXPECT_EQ(problem("model:\n  name: m\n  dropout: 1.5\n"),
+            "run.yaml:3:3: 'model.dropout' is out of range: expected a value in [0, 1], got 1.5");
+  EXPECT_EQ(problem("optim:\n  lr: -1e-3\n"),
+            "run.yaml:2:3: 'optim.lr' is out of range: expected a value >= 0, got -1e-3");
+  EXPECT_EQ(problem("optim:\n  lr: .nan\n"),
+            "run.yaml:2:3: 'optim.lr' is out of range: expected a value >= 0, got .nan");
+  EXPECT_EQ(problem("data:\n  sizes: [4, 0]\n"),
+            "run.yaml:2:3: 'data.sizes' element 1 is out of range: expected a value >= 1, got 0");
+}
+
+TEST(SchemaValidate, NotAmongChoices) {
+  EXPECT_EQ(problem("precision: fp8\n"),
+            "run.yaml:1:1: 'precision' must be one of [fp32, tf32, bf16-mixed, fp16-mixed, auto], got 'fp8'; did you "
+            "mean 'fp32'?");
+  EXPECT_EQ(problem("optim:\n  name: lbfgs\n"), "run.yaml:2:3: 'optim.name' must be one of [sgd, adamw], got 'lbfgs'");
+}
+
+TEST(SchemaValidate, MissingRequiredKey) {
+  Config c = Config::parse("seed: 1\n", "run.yaml");
+  const Error e = error_from([&] { test_schema().validate(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_EQ(e.message(), "run.yaml: missing required key 'model.name' (expected a string: registry name of the model)");
+}
+
+TEST(SchemaValidate, FreeSubtreePassesUnchecked) {
+  Config c = Config::parse("model:\n  name: m\n  args: 5\n", "run.yaml");
+  EXPECT_NO_THROW(test_schema().validate(c));
+  c = Config::parse("model:\n  name: m\n  args: {a: {b: [1, {c: d}]}, typo_free: 1}\n", "run.yaml");
+  EXPECT_NO_THROW(test_schema().validate(c));
+  c = Config::parse("model:\n  name: m\n  argz: {a: 1}\n", "run.yaml");
+  EXPECT_EQ(error_from([&] { test_schema().validate(c); }).message(),
+            "run.yaml:3:3: unknown key 'model.argz'; did you mean 'model.args'?");
+}
+
+TEST(SchemaValidate, AllProblemsFromAFileInOneError) {
+  Config c = Config::load(kDataDir + "/errors.yaml");
+  const Error e = error_from([&] { test_schema().validate(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  const std::string file = kDataDir + "/errors.yaml";
+  const std::vector<std::string> lines = {
+      "5 configuration problems:",
+      file + ":8:3: 'data.batch_size' expects an integer, got 1.5",
+      file + ":9:3: 'data.shuffle' expects a boolean (true or false), got 'yes'",
+      file + ":4:3: 'model.dropout' is out of range: expected a value in [0, 1], got 2",
+      file + ":6:3: unknown key 'optim.lrr'; did you mean 'optim.lr'?",
+      file +
+          ":10:1: 'precision' must be one of [fp32, tf32, bf16-mixed, fp16-mixed, auto], got 'fp8'; did you mean "
+          "'fp32'?",
+  };
+  std::string expected;
+  for (const auto& line : lines) expected += (expected.empty() ? "" : "\n") + line;
+  EXPECT_EQ(e.message(), expected);
+  EXPECT_EQ(e.hint(), "fix each value where the line says it was set, or override it with key=value");
+}
+
+TEST(SchemaDeclare, MistakesInTheSchemaAreInternalErrors) {
+  Schema s;
+  s.add("optim.lr", Type::kDouble, "");
+  EXPECT_EQ(error_from([&] { s.add("optim.lr", Type::kDouble, ""); }).kind(), ErrorKind::kInternal);
+  EXPECT_EQ(error_from([&] { s.add("optim", Type::kString, ""); }).kind(), ErrorKind::kInternal);
+  EXPECT_EQ(error_from([&] { s.add("optim.lr.x", Type::kString, ""); }).kind(), ErrorKind::kInternal);
+  EXPECT_EQ(error_from([&] { s.add("a..b", Type::kString, ""); }).kind(), ErrorKind::kInternal);
+  const Error e = error_from([&] { s.add("seed", Type::kInt, "").default_value(YAML::Node(0.5)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+  EXPECT_EQ(e.message(), "schema default for 'seed' expects an integer, got 0.5");
+  EXPECT_EQ(error_from([&] { s.alias("batch-size", "data.batch_size"); }).kind(), ErrorKind::kInternal);
+}
+
+TEST(SchemaGetters, ReadTypedValues) {
+  const Config c = Config::parse(
+      "b: true\ni: -42\nh: 0x1f\nd: 2.5e-3\ninf: -.inf\ns: text\nsl: [a, b]\nil: [1, -2]\ndl: [1, .5]\n", "g.yaml");
+  EXPECT_TRUE(get_bool(c, "b"));
+  EXPECT_EQ(get_int(c, "i"), -42);
+  EXPECT_EQ(get_int(c, "h"), 31);
+  EXPECT_DOUBLE_EQ(get_double(c, "d"), 2.5e-3);
+  EXPECT_DOUBLE_EQ(get_double(c, "i"), -42.0);
+  EXPECT_TRUE(std::isinf(get_double(c, "inf")) && get_double(c, "inf") < 0);
+  EXPECT_EQ(get_string(c, "s"), "text");
+  EXPECT_EQ(get_string(c, "d"), "2.5e-3");
+  EXPECT_EQ(get_string_list(c, "sl"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(get_int_list(c, "il"), (std::vector<std::int64_t>{1, -2}));
+  EXPECT_EQ(get_double_list(c, "dl"), (std::vector<double>{1.0, 0.5}));
+  EXPECT_EQ(get_int(Config::parse("m: -9223372036854775808\n", "t"), "m"), INT64_MIN);
+  const Config extremes = Config::parse("huge: 1e999\ntiny: -1e-999\n", "t");
+  EXPECT_TRUE(std::isinf(get_double(extremes, "huge")));
+  EXPECT_EQ(get_double(extremes, "tiny"), 0.0);
+}
+
+TEST(SchemaGetters, WrongTypeOrMissingKeyIsAConfigErrorWithTheOrigin) {
+  const Config c = Config::parse("d: 1.5\nb: on\nl: [1, x]\n", "g.yaml");
+  Error e = error_from([&] { get_int(c, "d"); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_EQ(e.message(), "g.yaml:1:1: 'd' expects an integer, got 1.5");
+  EXPECT_EQ(error_from([&] { get_bool(c, "b"); }).message(),
+            "g.yaml:2:1: 'b' expects a boolean (true or false), got 'on'");
+  EXPECT_EQ(error_from([&] { get_int_list(c, "l"); }).message(),
+            "g.yaml:3:1: 'l' expects a list of integers, but element 1 is 'x'");
+  e = error_from([&] { get_string(c, "nope.x"); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_EQ(e.message(), "g.yaml: missing key 'nope.x' (expected a string)");
+}
+
+}  // namespace
+}  // namespace bellows::config

@@ -1,0 +1,72 @@
+// `bellows train [CONFIG] [key=value | --flag value ...]`: trains from a config (or the embedded demo),
+// writing runs/<name>/. Ctrl-C (SIGINT) or SIGTERM stops at the next step boundary with a clean message.
+// `bellows config show [CONFIG] [overrides]`: prints the resolved configuration.
+#include <csignal>
+#include <iostream>
+
+#include "bellows/train/run.h"
+#include "command.h"
+#include "exit_codes.h"
+
+namespace bellows::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+// Splits the positional arguments: a first argument that is neither an override nor a flag is the file.
+std::pair<std::optional<std::filesystem::path>, std::vector<std::string>> split_args(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0].find('=') == std::string::npos && args[0].rfind("-", 0) != 0) {
+    return {std::filesystem::path(args[0]), std::vector<std::string>(args.begin() + 1, args.end())};
+  }
+  return {std::nullopt, args};
+}
+
+// Everything after the subcommand, in order, is ours: [CONFIG] then key=value overrides and alias flags.
+void take_free_arguments(CLI::App* cmd) { cmd->prefix_command(true); }
+
+}  // namespace
+
+Action register_train(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a model: bellows train [CONFIG] [key=value ...] [--flag value ...]; no CONFIG: the embedded demo; "
+               "outputs in <output_dir>/<name>/");
+  take_free_arguments(cmd);
+  cmd->footer("Flags: --batch-size --epochs --lr --precision --device --accumulation-steps --clip-max-norm --seed "
+              "--output-dir --max-steps --name --threads; any key: key=value (optim.lr=3e-4).");
+  return [cmd]() {
+    if (!cmd->parsed()) return -1;
+    auto [file, overrides] = split_args(cmd->remaining());
+    const config::Config config = train::resolve_config(file, overrides);
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    train::RunOptions options;
+    options.stop_flag = &g_stop;
+    const train::RunResult result = train::run(config, options);
+    if (result.fit.interrupted) {
+      std::cerr << "bellows: interrupted at optimizer step " << result.fit.steps << "; outputs so far are in "
+                << result.run_dir.string() << " (no checkpoint: checkpointing is not built yet)\n";
+      return kExitSignal;
+    }
+    return kExitOk;
+  };
+}
+
+Action register_config(CLI::App& app) {
+  CLI::App* cfg = app.add_subcommand("config", "Inspect configurations");
+  CLI::App* show = cfg->add_subcommand(
+      "show", "Print the resolved config: bellows config show [CONFIG] [key=value ...] (files composed, overrides applied, "
+              "defaults filled)");
+  take_free_arguments(show);
+  cfg->require_subcommand(1);
+  return [show]() {
+    if (!show->parsed()) return -1;
+    auto [file, overrides] = split_args(show->remaining());
+    std::cout << train::resolve_config(file, overrides).to_yaml();
+    return kExitOk;
+  };
+}
+
+}  // namespace bellows::cli

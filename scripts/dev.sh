@@ -28,7 +28,7 @@ fi
 cmake --build "$build_dir" -j "$jobs"
 
 case "$mode" in
-  run)  exec "$build_dir/bin/bellows" "${@:-hw}" ;;
+  run)  exec "$build_dir/bin/bellows" "${@:-train}" ;;
   test) cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;
   build) ;;
 esac

@@ -3,6 +3,7 @@
 // every key carries file:line:column, and its exceptions into kConfig errors naming the file.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>

@@ -193,15 +193,23 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   std::int64_t planned = steps_per_epoch * options_.epochs;
   if (options_.max_steps > 0) planned = std::min(planned, options_.max_steps);
 
-  // --- schedule: cosine/linear decay over the planned steps unless told otherwise ---
-  ScheduleOptions schedule_options = options_.schedule;
-  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) schedule_options.total_steps = planned;
-  schedule_ = make_schedule(schedule_options, options_.optimizer.lr);
-  if (!pending_schedule_state_.empty()) schedule_->load_state_dict(pending_schedule_state_);
-
   run_start_s_ = now_s();
   obs::RunStart start{run_name_, run_dir_, header_, options_.epochs, batches_per_epoch, planned};
   for (auto& sink : sinks_) sink->on_run_start(start);
+
+  // --- schedule: cosine/linear decay over the planned steps unless told otherwise ---
+  ScheduleOptions schedule_options = options_.schedule;
+  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) {
+    schedule_options.total_steps = planned;
+    if (planned <= schedule_options.warmup_steps) {  // a short run (max_steps) inside the warmup
+      schedule_options.total_steps = schedule_options.warmup_steps + 1;
+      message(fmt::format("note: the run's {} optimizer steps end inside the {} warmup steps; the {} decay will not be reached",
+                          planned, schedule_options.warmup_steps, schedule_options.type));
+    }
+  }
+  schedule_ = make_schedule(schedule_options, options_.optimizer.lr);
+  if (!pending_schedule_state_.empty()) schedule_->load_state_dict(pending_schedule_state_);
+
 
   FitResult result;
   const std::vector<at::Tensor> params = optimizer_->parameters();

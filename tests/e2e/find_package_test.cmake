@@ -1,12 +1,12 @@
-# Installs the built bellows into a scratch prefix, then configures, builds and runs an outside project
-# (examples/cpp/find_package) that uses find_package(bellows) and links bellows::bellows.
-foreach(var BUILD_DIR SOURCE_DIR WORK_DIR TORCH_DIR)
+# Installs the built bellows into a scratch prefix, then configures, builds and runs the outside projects
+# in examples/cpp/ (find_package, custom_task) that use find_package(bellows) and link bellows::bellows;
+# each must exit 0 and print what it is expected to.
+foreach(var BUILD_DIR EXAMPLES_DIR WORK_DIR TORCH_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "find_package_test.cmake needs -D${var}=...")
   endif()
 endforeach()
 set(prefix ${WORK_DIR}/prefix)
-set(consumer ${WORK_DIR}/consumer)
 
 function(run_step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -22,11 +22,20 @@ set(launcher)
 if(LAUNCHER)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
-run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${consumer} -G Ninja ${launcher}
-  -DCMAKE_PREFIX_PATH=${prefix} -DTorch_DIR=${TORCH_DIR} -DCUDAToolkit_ROOT=${CUDAToolkit_ROOT})
-run_step(${CMAKE_COMMAND} --build ${consumer})
-run_step(${consumer}/bellows_consumer)
-if(NOT step_output MATCHES "logical cores: [1-9]")
-  message(FATAL_ERROR "unexpected consumer output:\n${step_output}")
-endif()
-message(STATUS "consumer ran:\n${step_output}")
+foreach(example IN ITEMS find_package custom_task)
+  set(consumer ${WORK_DIR}/${example})
+  run_step(${CMAKE_COMMAND} -S ${EXAMPLES_DIR}/${example} -B ${consumer} -G Ninja ${launcher}
+    -DCMAKE_PREFIX_PATH=${prefix} -DTorch_DIR=${TORCH_DIR} -DCUDAToolkit_ROOT=${CUDAToolkit_ROOT})
+  run_step(${CMAKE_COMMAND} --build ${consumer})
+  if(example STREQUAL "find_package")
+    run_step(${consumer}/bellows_consumer)
+    set(expected "logical cores: [1-9]")
+  else()
+    run_step(${consumer}/custom_task)
+    set(expected "learned y = ")
+  endif()
+  if(NOT step_output MATCHES "${expected}")
+    message(FATAL_ERROR "unexpected output of ${example}:\n${step_output}")
+  endif()
+  message(STATUS "${example} ran:\n${step_output}")
+endforeach()

@@ -1,0 +1,158 @@
+// End-to-end `bellows train` and `bellows config show`: outputs, run directory, config errors (exit 2),
+// and Ctrl-C stopping at a step boundary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path scratch() {
+  static int n = 0;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("bellows_train_" + std::to_string(getpid()) + "_" + std::to_string(++n));
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Runs `prefix bellows args` with output captured; prefix lets a test wrap the command (timeout -s INT ...).
+Result run(const std::string& args, const std::string& prefix = "") {
+  const fs::path dir = scratch();
+  const std::string cmd = prefix + " '" + BELLOWS_CLI_PATH + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
+                          (dir / "err").string() + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  return r;
+}
+
+fs::path write(const fs::path& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
+
+TEST(TrainCli, DemoTrainsAndWritesTheRunDirectory) {
+  const fs::path out = scratch();
+  const Result r = run("train --max-steps 60 --output-dir " + out.string() + " train.log_every_n_steps=10 threads=1");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  for (const char* expected : {"machine", "precision", "device", "run finished", "optimizer steps   60"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  const fs::path run_dir = out / "demo";
+  for (const char* file : {"config.resolved.yaml", "plan.json", "metrics.jsonl"}) EXPECT_TRUE(fs::exists(run_dir / file)) << file;
+  // The loss goes down: the first logged window against the last.
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") losses.push_back(j["loss"].get<double>());
+  }
+  ASSERT_GE(losses.size(), 5u);
+  EXPECT_LT(losses.back(), 0.6 * losses.front());
+  const auto plan = nlohmann::json::parse(slurp(run_dir / "plan.json"));
+  EXPECT_EQ(plan["device"], "cpu");
+  EXPECT_EQ(plan["threads"], 1);
+  // A second run with the same name does not overwrite the first.
+  const Result again = run("train --max-steps 5 --output-dir " + out.string() + " threads=1");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(fs::exists(out / "demo-2" / "metrics.jsonl"));
+}
+
+TEST(TrainCli, PlainLinesWhenNotATerminal) {
+  const Result r = run("train --max-steps 20 --output-dir " + scratch().string() + " train.log_every_n_steps=10 threads=1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("epoch 1/4 batch 10/116 step 10 loss"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress-bar redraws in a pipe";
+}
+
+TEST(TrainCli, ConfigShowAppliesOverridesAndAliases) {
+  const Result r = run("config show --epochs 7 optim.lr=3e-4 --batch-size=64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("epochs: 7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lr: 3e-4"), std::string::npos) << r.out;  // the override's own spelling
+  EXPECT_NE(r.out.find("batch_size: 64"), std::string::npos) << r.out;
+}
+
+TEST(TrainCli, ConfigFileComposesExperimentAndProfile) {
+  const fs::path dir = scratch();
+  write(dir, "experiment.yaml", "train:\n  epochs: 9\noptim:\n  lr: 0.5\n");
+  write(dir, "cpu.yaml", "threads: 1\noptim:\n  lr: 0.25\n");
+  const fs::path run_yaml = write(dir, "run.yaml", "experiment: experiment.yaml\nhardware_profile: cpu.yaml\nname: composed\n");
+  const Result r = run("config show " + run_yaml.string() + " --lr 0.125");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("epochs: 9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lr: 0.125"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("threads: 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("name: composed"), std::string::npos) << r.out;
+}
+
+TEST(TrainCli, UnknownKeySuggestsAndExits2) {
+  const Result r = run("train optim.lrr=0.1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("optim.lrr"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("optim.lr"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("run finished"), std::string::npos) << "nothing started";
+}
+
+TEST(TrainCli, ConfigFileErrorsNameFileAndLine) {
+  const fs::path dir = scratch();
+  const fs::path bad = write(dir, "bad.yaml", "name: x\ntrain:\n  epochs: many\n");
+  const Result r = run("train " + bad.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bad.yaml:3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("train.epochs"), std::string::npos) << r.err;
+  const Result range = run("train --batch-size 0");
+  EXPECT_EQ(range.code, 2);
+  EXPECT_NE(range.err.find("data.batch_size"), std::string::npos) << range.err;
+  const Result missing = run("train " + (dir / "nope.yaml").string());
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("nope.yaml"), std::string::npos) << missing.err;
+  const Result flag = run("train --batch-sise 8");
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_NE(flag.err.find("--batch-size"), std::string::npos) << flag.err;
+}
+
+TEST(TrainCli, UnusableDeviceIsAResourceError) {
+  if (std::system("nvidia-smi >/dev/null 2>&1") == 0) GTEST_SKIP() << "a GPU driver is present";
+  const Result r = run("train --device cuda --max-steps 1 --output-dir " + scratch().string());
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_NE(r.err.find("CUDA is not usable"), std::string::npos) << r.err;
+}
+
+TEST(TrainCli, InterruptStopsAtAStepBoundary) {
+  const fs::path out = scratch();
+  // SIGINT after 3 s of a run that would take far longer.
+  const Result r = run("train --epochs 1000 --output-dir " + out.string() + " threads=1", "timeout -s INT --preserve-status 3");
+  EXPECT_EQ(r.code, 130) << r.err << r.out;
+  EXPECT_NE(r.err.find("interrupted at optimizer step"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("run interrupted"), std::string::npos) << r.out;
+  // The metrics file ends with a complete record of the run's end.
+  std::ifstream metrics(out / "demo" / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["type"], "end");
+  EXPECT_EQ(j["interrupted"], true);
+}
+
+}  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: set up (scripts/setup.sh), configure, build, then
-#   run   -- run the main job on its embedded default (for now: `bellows hw`)
+#   run   -- run the main job on its embedded default (`bellows train`: the demo); args go to bellows
 #   test  -- run the whole test suite (CTest)
 #   build -- only build
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.

@@ -35,7 +35,10 @@ class PureSchedule final : public Schedule {
     const std::int64_t after = step - o_.warmup_steps;
     const double min_lr = o_.min_lr_factor * base_lr_;
     if (o_.type == "constant") return base_lr_;
-    if (o_.type == "step") return base_lr_ * std::pow(o_.gamma, static_cast<double>(after / o_.step_size));
+    if (o_.type == "step") {
+      const std::int64_t decays = after / o_.step_size;  // whole periods completed
+      return base_lr_ * std::pow(o_.gamma, static_cast<double>(decays));
+    }
     const double progress =
         std::min(1.0, static_cast<double>(after) / static_cast<double>(o_.total_steps - o_.warmup_steps));
     if (o_.type == "linear") return base_lr_ - (base_lr_ - min_lr) * progress;

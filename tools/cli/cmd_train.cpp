@@ -1,6 +1,8 @@
 // `bellows train [CONFIG] [key=value | --flag value ...]`: trains from a config (or the embedded demo),
 // writing runs/<name>/. Ctrl-C (SIGINT) or SIGTERM stops at the next step boundary with a clean message.
 // `bellows config show [CONFIG] [overrides]`: prints the resolved configuration.
+#include <fmt/format.h>
+
 #include <csignal>
 #include <iostream>
 
@@ -26,6 +28,44 @@ std::pair<std::optional<std::filesystem::path>, std::vector<std::string>> split_
 
 // Everything after the subcommand, in order, is ours: [CONFIG] then key=value overrides and alias flags.
 void take_free_arguments(CLI::App* cmd) { cmd->prefix_command(true); }
+
+const char* type_name(config::Type t) {
+  switch (t) {
+    case config::Type::kBool: return "bool";
+    case config::Type::kInt: return "int";
+    case config::Type::kDouble: return "float";
+    case config::Type::kString: return "string";
+    case config::Type::kStringList: return "[string]";
+    case config::Type::kIntList: return "[int]";
+    case config::Type::kDoubleList: return "[float]";
+  }
+  return "?";
+}
+
+std::string describe_keys(const config::Schema& schema) {
+  std::map<std::string, std::string> flags;
+  for (const auto& [flag, key] : schema.aliases()) flags[key] = flag;
+  std::string out;
+  for (const auto& [key, spec] : schema.keys()) {
+    std::string line = key + " (" + type_name(spec.type) + ")";
+    if (spec.default_value) {
+      YAML::Emitter e;
+      e << YAML::Flow << *spec.default_value;
+      line += " = " + std::string(e.c_str());
+    }
+    if (spec.required) line += " [required]";
+    std::string allowed;
+    for (const auto& c : spec.choices) allowed += (allowed.empty() ? "" : "|") + c;
+    if (!allowed.empty()) line += " {" + allowed + "}";
+    if (spec.min || spec.max) {
+      line += " in [" + (spec.min ? fmt::format("{}", *spec.min) : std::string("-inf")) + ", " +
+              (spec.max ? fmt::format("{}", *spec.max) : std::string("inf")) + "]";
+    }
+    if (flags.count(key)) line += " flag " + flags[key];
+    out += line + "\n    " + spec.help + "\n";
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -60,12 +100,21 @@ Action register_config(CLI::App& app) {
       "show", "Print the resolved config: bellows config show [CONFIG] [key=value ...] (files composed, overrides applied, "
               "defaults filled)");
   take_free_arguments(show);
+  auto model = std::make_shared<std::string>("mlp");
+  CLI::App* keys = cfg->add_subcommand("keys", "List every config key of a run: type, default, allowed values, help");
+  keys->add_option("--model", *model, "Include the keys of this registered model")->capture_default_str();
   cfg->require_subcommand(1);
-  return [show]() {
-    if (!show->parsed()) return -1;
-    auto [file, overrides] = split_args(show->remaining());
-    std::cout << train::resolve_config(file, overrides).to_yaml();
-    return kExitOk;
+  return [show, keys, model]() {
+    if (show->parsed()) {
+      auto [file, overrides] = split_args(show->remaining());
+      std::cout << train::resolve_config(file, overrides).to_yaml();
+      return kExitOk;
+    }
+    if (keys->parsed()) {
+      std::cout << describe_keys(train::run_schema(*model));
+      return kExitOk;
+    }
+    return -1;
   };
 }
 

@@ -76,8 +76,9 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("optim.betas", Type::kDoubleList, "Adam betas").min(0).max(0.999999).default_value(YAML::Load("[0.9, 0.999]"));
   s.add("optim.eps", Type::kDouble, "Adam epsilon").min(0).default_value(node(1e-8));
   s.add("optim.weight_decay", Type::kDouble, "weight decay (not applied to biases and norms)").min(0).default_value(node(0.01));
-  s.add("optim.momentum", Type::kDouble, "SGD momentum").min(0).max(1).default_value(node(0.0));
+  s.add("optim.momentum", Type::kDouble, "SGD momentum").min(0).default_value(node(0.0));
   s.add("optim.nesterov", Type::kBool, "SGD Nesterov momentum").default_value(node(false));
+  s.add("optim.dampening", Type::kDouble, "SGD dampening").min(0).max(1).default_value(node(0.0));
   s.add("optim.implementation", Type::kString, "kernel choice").choices({"auto", "fused", "foreach"}).default_value(node("auto"));
   s.add("optim.no_decay", Type::kStringList, "name substrings exempt from weight decay").default_value(YAML::Load("[bias, norm, bn, ln]"));
   // schedule
@@ -88,8 +89,10 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("schedule.total_steps", Type::kInt, "cosine/linear: decay length (0: the whole run)").min(0).default_value(node(0));
   s.add("schedule.min_lr_factor", Type::kDouble, "final lr as a fraction of lr").min(0).max(1).default_value(node(0.0));
   s.add("schedule.step_size", Type::kInt, "step: steps between decays").min(1).default_value(node(1000));
-  s.add("schedule.gamma", Type::kDouble, "step: decay factor").min(0).max(1).default_value(node(0.1));
-  s.add("schedule.factor", Type::kDouble, "plateau: decay factor").min(0).max(1).default_value(node(0.1));
+  s.add("schedule.gamma", Type::kDouble, "step: decay factor").min(1e-12).max(1).default_value(node(0.1));
+  s.add("schedule.factor", Type::kDouble, "plateau: decay factor").min(0).max(0.999999).default_value(node(0.1));
+  s.add("schedule.mode", Type::kString, "plateau: whether the monitored metric should fall or rise (auto: the task says)")
+      .choices({"auto", "min", "max"}).default_value(node("auto"));
   s.add("schedule.patience", Type::kInt, "plateau: evaluations without improvement").min(0).default_value(node(10));
   s.add("schedule.threshold", Type::kDouble, "plateau: relative improvement that counts").min(0).default_value(node(1e-4));
   // ema
@@ -101,7 +104,7 @@ config::Schema run_schema(const std::string& model_name) {
   // loss scaling (fp16-mixed)
   s.add("scaler.init_scale", Type::kDouble, "initial loss scale").min(1).default_value(node(65536.0));
   s.add("scaler.growth_factor", Type::kDouble, "scale growth").min(1).default_value(node(2.0));
-  s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(0).max(1).default_value(node(0.5));
+  s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(1e-6).max(1).default_value(node(0.5));
   s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
   // data (issue 4 adds file formats)
   s.add("data.source", Type::kString, "where samples come from").choices({"synthetic"}).default_value(node("synthetic"));
@@ -181,6 +184,7 @@ TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
   opt.weight_decay = config::get_double(c, "optim.weight_decay");
   opt.momentum = config::get_double(c, "optim.momentum");
   opt.nesterov = config::get_bool(c, "optim.nesterov");
+  opt.dampening = config::get_double(c, "optim.dampening");
   opt.implementation = config::get_string(c, "optim.implementation");
   opt.no_decay_patterns = config::get_string_list(c, "optim.no_decay");
   auto& sch = o.schedule;
@@ -194,6 +198,7 @@ TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
   sch.factor = config::get_double(c, "schedule.factor");
   sch.patience = config::get_int(c, "schedule.patience");
   sch.threshold = config::get_double(c, "schedule.threshold");
+  sch.mode = config::get_string(c, "schedule.mode");
   if (config::get_bool(c, "ema.enabled")) {
     o.ema = EmaOptions{config::get_double(c, "ema.decay"), config::get_int(c, "ema.every_n_steps"), config::get_int(c, "ema.start_step")};
     o.eval_with_ema = config::get_bool(c, "ema.eval");

@@ -199,6 +199,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
   // --- schedule: cosine/linear decay over the planned steps unless told otherwise ---
   ScheduleOptions schedule_options = options_.schedule;
+  if (schedule_options.mode == "auto") schedule_options.mode = task_->lower_is_better() ? "min" : "max";
   if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) {
     schedule_options.total_steps = planned;
     if (planned <= schedule_options.warmup_steps) {  // a short run (max_steps) inside the warmup

@@ -21,7 +21,9 @@ configure_args=(-S . -B "$build_dir" -G Ninja
   -DBELLOWS_PYTHON="$BELLOWS_PYTHON")
 if command -v ccache >/dev/null; then
   configure_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR="$PWD" CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+  # Relative paths and no working directory in the hash: a fresh clone elsewhere reuses the cache.
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 fi
 [ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2

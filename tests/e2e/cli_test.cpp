@@ -1,46 +1,17 @@
 // End-to-end: runs the built `bellows` executable and checks its output and exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "bellows/hw/hardware_info.h"
+#include "run_cli.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = bellows::testing::CliResult;
+using bellows::testing::run_cli;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run_bellows(const std::string& args) {
-  // ctest runs tests in parallel processes: name the capture files after this process.
-  static int calls = 0;
-  const auto dir = std::filesystem::path(::testing::TempDir());
-  const std::string stem = "bellows_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
-  const auto out = dir / (stem + ".out"), err = dir / (stem + ".err");
-  const std::string cmd = std::string("'") + BELLOWS_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+Result run_bellows(const std::string& args) { return run_cli(args); }
 
 TEST(Cli, NoArgumentsListsSubcommands) {
   const Result r = run_bellows("");

@@ -1,50 +1,23 @@
 // End-to-end `bellows train` and `bellows config show`: outputs, run directory, config errors (exit 2),
 // and Ctrl-C stopping at a step boundary.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "run_cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = bellows::testing::CliResult;
+using bellows::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path scratch() {
-  static int n = 0;
-  const fs::path dir = fs::path(::testing::TempDir()) / ("bellows_train_" + std::to_string(getpid()) + "_" + std::to_string(++n));
-  fs::create_directories(dir);
-  return dir;
-}
-
-// Runs `prefix bellows args` with output captured; prefix lets a test wrap the command (timeout -s INT ...).
-Result run(const std::string& args, const std::string& prefix = "") {
-  const fs::path dir = scratch();
-  const std::string cmd = prefix + " '" + BELLOWS_CLI_PATH + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
-                          (dir / "err").string() + "' </dev/null";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  return r;
-}
+fs::path scratch() { return bellows::testing::scratch_dir("bellows_train"); }
+Result run(const std::string& args, const std::string& prefix = "") { return bellows::testing::run_cli(args, prefix); }
 
 fs::path write(const fs::path& dir, const std::string& name, const std::string& text) {
   std::ofstream(dir / name) << text;

@@ -30,21 +30,19 @@ const GpuInfo* first_supported_gpu(const CudaInfo& cuda) {
   return nullptr;
 }
 
+std::string gpu_label(const GpuInfo& gpu) {
+  return fmt::format("GPU {} ({}, compute capability {}.{})", gpu.index, gpu.name, gpu.cc_major, gpu.cc_minor);
+}
+
 std::string cpu_bf16_units(const IsaFeatures& isa) {
   if (isa.amx_bf16 && isa.avx512_bf16) return "AMX-BF16 and AVX512_BF16";
   return isa.amx_bf16 ? "AMX-BF16" : "AVX512_BF16";
 }
 
 void recommend_gpu(const CudaInfo& cuda, const GpuInfo& gpu, int cores, std::vector<Recommendation>& out) {
-  const std::string who = fmt::format("GPU {} ({}, compute capability {}.{})", gpu.index, gpu.name, gpu.cc_major, gpu.cc_minor);
+  const std::string who = gpu_label(gpu);
   out.push_back({"device", "cuda", fmt::format("{} usable CUDA device(s); {} has {:.1f} GiB", cuda.gpus.size(), who, gib(gpu.total_memory_bytes))});
-  if (gpu.bf16) {
-    out.push_back({"precision", "bf16-mixed", who + " has bf16 tensor cores (sm_80+); bf16 keeps fp32's range, so no loss scaling is needed"});
-  } else if (gpu.fp16_tensor_cores) {
-    out.push_back({"precision", "fp16-mixed", who + " has fp16 tensor cores but no bf16 (needs sm_80); fp16 needs dynamic loss scaling to keep small gradients"});
-  } else {
-    out.push_back({"precision", "fp32", who + " has no tensor cores (needs sm_70); mixed precision would not be faster"});
-  }
+  out.push_back(recommend_precision(gpu));
   out.push_back({"tf32", gpu.tf32 ? "true" : "false",
                  gpu.tf32 ? who + " runs fp32 matmuls and convolutions on TF32 tensor cores (10-bit mantissa, fp32 range)"
                           : who + " has no TF32 (needs sm_80)"});
@@ -58,12 +56,7 @@ void recommend_gpu(const CudaInfo& cuda, const GpuInfo& gpu, int cores, std::vec
 }
 
 void recommend_cpu(const CpuInfo& cpu, int cores, std::vector<Recommendation>& out) {
-  const bool bf16 = cpu.isa.avx512_bf16 || cpu.isa.amx_bf16;
-  if (bf16) {
-    out.push_back({"precision", "bf16-mixed", "CPU has " + cpu_bf16_units(cpu.isa) + ": native bf16 dot products that oneDNN uses for matmuls and convolutions under autocast"});
-  } else {
-    out.push_back({"precision", "fp32", "CPU lacks AVX512_BF16 and AMX-BF16: bf16 would be converted in software and run slower than fp32"});
-  }
+  out.push_back(recommend_precision(cpu));
   const int workers = cores <= 4 ? 1 : cores / 4;
   out.push_back({"threads.intra_op", std::to_string(cores),
                  fmt::format("one compute thread per usable physical core ({} of {} logical CPUs usable); hyper-threads share the vector units", cores, cpu.logical_cores)});
@@ -73,6 +66,22 @@ void recommend_cpu(const CpuInfo& cpu, int cores, std::vector<Recommendation>& o
 }
 
 }  // namespace
+
+Recommendation recommend_precision(const GpuInfo& gpu) {
+  const std::string who = gpu_label(gpu);
+  if (gpu.bf16) return {"precision", "bf16-mixed", who + " has bf16 tensor cores (sm_80+); bf16 keeps fp32's range, so no loss scaling is needed"};
+  if (gpu.fp16_tensor_cores) {
+    return {"precision", "fp16-mixed", who + " has fp16 tensor cores but no bf16 (needs sm_80); fp16 needs dynamic loss scaling to keep small gradients"};
+  }
+  return {"precision", "fp32", who + " has no tensor cores (needs sm_70); mixed precision would not be faster"};
+}
+
+Recommendation recommend_precision(const CpuInfo& cpu) {
+  if (cpu.isa.avx512_bf16 || cpu.isa.amx_bf16) {
+    return {"precision", "bf16-mixed", "CPU has " + cpu_bf16_units(cpu.isa) + ": native bf16 dot products that oneDNN uses for matmuls and convolutions under autocast"};
+  }
+  return {"precision", "fp32", "CPU lacks AVX512_BF16 and AMX-BF16: bf16 would be converted in software and run slower than fp32"};
+}
 
 std::vector<Recommendation> recommend(const HardwareInfo& info) {
   std::vector<Recommendation> out;

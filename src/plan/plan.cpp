@@ -84,28 +84,11 @@ void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan&
     plan.entries.push_back({"precision", plan.precision, reason});
     return;
   }
-  if (cuda) {
-    const auto* gpu = gpu_at(hw, plan.device.index());
-    if (gpu && gpu->bf16) {
-      plan.precision = "bf16-mixed";
-      plan.entries.push_back({"precision", plan.precision, fmt::format("{} (sm_{}{}) has bf16 tensor cores", gpu->name, gpu->cc_major, gpu->cc_minor)});
-    } else if (gpu && gpu->fp16_tensor_cores) {
-      plan.precision = "fp16-mixed";
-      plan.entries.push_back({"precision", plan.precision, fmt::format("{} has fp16 but no bf16 tensor cores; dynamic loss scaling on", gpu->name)});
-    } else {
-      plan.precision = "fp32";
-      plan.entries.push_back({"precision", plan.precision, "GPU without tensor cores"});
-    }
-    return;
-  }
-  if (hw.cpu.isa.avx512_bf16 || hw.cpu.isa.amx_bf16) {
-    plan.precision = "bf16-mixed";
-    plan.entries.push_back({"precision", plan.precision,
-                            std::string("CPU has ") + (hw.cpu.isa.amx_bf16 ? "AMX-BF16" : "AVX512_BF16") + ": native bf16 matmuls under autocast"});
-  } else {
-    plan.precision = "fp32";
-    plan.entries.push_back({"precision", plan.precision, "CPU lacks AVX512_BF16 and AMX-BF16; bf16 would be emulated"});
-  }
+  const hw::GpuInfo* gpu = cuda ? gpu_at(hw, plan.device.index()) : nullptr;
+  BELLOWS_CHECK(!cuda || gpu != nullptr, "the planned CUDA device is not in the hardware report", "report this bug");
+  const hw::Recommendation rec = gpu ? hw::recommend_precision(*gpu) : hw::recommend_precision(hw.cpu);
+  plan.precision = rec.value;
+  plan.entries.push_back({"precision", rec.value, rec.reason});
 }
 
 }  // namespace

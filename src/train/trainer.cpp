@@ -67,7 +67,7 @@ struct Trainer::Window {
     }
     ++micro_batches;
   }
-  void reset(double t) {
+  void reset(double t) {  // a new logging window; the epoch's start time stays
     loss_sum = at::Tensor();
     metric_sums.clear();
     micro_batches = optimizer_calls = samples = 0;
@@ -146,9 +146,7 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
   for (auto& sink : sinks_) sink->on_step(r);
   last_record_ = r;
-  const double epoch_start = w.epoch_start_s;
-  w.reset(t);
-  w.epoch_start_s = epoch_start;
+  w.reset(t);  // keeps epoch_start_s
 }
 
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {

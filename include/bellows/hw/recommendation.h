@@ -17,4 +17,10 @@ struct Recommendation {
 
 std::vector<Recommendation> recommend(const HardwareInfo& info);
 
+struct CpuInfo;
+struct GpuInfo;
+// The precision a device computes best in, with the reason: one decision shared by `bellows hw` and the plan.
+Recommendation recommend_precision(const CpuInfo& cpu);
+Recommendation recommend_precision(const GpuInfo& gpu);
+
 }  // namespace bellows::hw

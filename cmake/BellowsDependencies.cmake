@@ -12,6 +12,11 @@ include(BellowsTorchRuntime)  # defines: bellows::torch_runtime, bellows::cudart
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(yaml-cpp REQUIRED)
+# Data formats (data/): netCDF-C, libpng, libjpeg(-turbo) and zlib (NPZ deflate), all from Debian.
+find_package(netCDF REQUIRED)
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
+find_package(ZLIB REQUIRED)
 
 # LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
 # include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.

@@ -127,6 +127,17 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
                           req.pin_memory != "auto" ? "requested"
                           : cuda                   ? "pinned buffers allow asynchronous host-to-device copies"
                                                    : "no device copy on the CPU"});
+  BELLOWS_CHECK_CONFIG(req.workers >= -1, fmt::format("data.workers is {}, expected >= 0 (or -1: auto)", req.workers),
+                       "set data.workers to 0 (load in the training thread), a thread count, or -1 (auto)");
+  if (req.workers >= 0) {
+    plan.workers = static_cast<int>(req.workers);
+    plan.entries.push_back({"workers", std::to_string(plan.workers),
+                            plan.workers == 0 ? "requested: batches load in the training thread" : "requested"});
+  } else {
+    const auto* rec = find_rec(hw, "data.workers");
+    plan.workers = rec ? std::max(0, std::stoi(rec->value)) : 1;
+    plan.entries.push_back({"workers", std::to_string(plan.workers), rec ? rec->reason : "default"});
+  }
   return plan;
 }
 
@@ -147,6 +158,7 @@ std::string Plan::to_json(int indent) const {
   j["deterministic"] = deterministic;
   j["channels_last"] = channels_last;
   j["pin_memory"] = pin_memory;
+  j["workers"] = workers;
   nlohmann::json reasons = nlohmann::json::array();
   for (const auto& e : entries) reasons.push_back({{"key", e.key}, {"value", e.value}, {"reason", e.reason}});
   j["entries"] = reasons;

@@ -6,8 +6,7 @@
 
 #include <fstream>
 
-#include "bellows/data/synthetic.h"
-#include "bellows/data/tensor_source.h"
+#include "bellows/train/data_setup.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/registry.h"
 #include "bellows/obs/console_sink.h"
@@ -106,17 +105,7 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("scaler.growth_factor", Type::kDouble, "scale growth").min(1).default_value(node(2.0));
   s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(1e-6).max(1).default_value(node(0.5));
   s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
-  // data (issue 4 adds file formats)
-  s.add("data.source", Type::kString, "where samples come from").choices({"synthetic"}).default_value(node("synthetic"));
-  s.add("data.kind", Type::kString, "synthetic: task").choices({"regression", "classification"}).default_value(node("regression"));
-  s.add("data.samples", Type::kInt, "synthetic: samples").min(1).default_value(node(16384));
-  s.add("data.features", Type::kInt, "synthetic: features").min(1).default_value(node(64));
-  s.add("data.classes", Type::kInt, "synthetic classification: classes").min(2).default_value(node(10));
-  s.add("data.noise", Type::kDouble, "synthetic regression: noise std").min(0).default_value(node(0.05));
-  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch)").min(1).default_value(node(32));
-  s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded)").default_value(node(true));
-  s.add("data.drop_last", Type::kBool, "drop the last incomplete batch").default_value(node(false));
-  s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
+  add_data_keys(s);
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
   models::find_model(model_name).add_keys(s);
@@ -125,7 +114,8 @@ config::Schema run_schema(const std::string& model_name) {
            {"--batch-size", "data.batch_size"}, {"--epochs", "train.epochs"}, {"--lr", "optim.lr"},
            {"--precision", "precision"}, {"--device", "device"}, {"--accumulation-steps", "train.accumulation_steps"},
            {"--clip-max-norm", "train.clip_max_norm"}, {"--seed", "seed"}, {"--output-dir", "output_dir"},
-           {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"}}) {
+           {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"},
+           {"--workers", "data.workers"}, {"--prefetch", "data.prefetch"}, {"--data", "data.path"}}) {
     s.alias(flag, key);
   }
   return s;
@@ -143,15 +133,20 @@ config::Config resolve_config(const std::optional<fs::path>& file, const std::ve
 
 namespace {
 
-plan::PlanRequest plan_request(const config::Config& c) {
-  plan::PlanRequest r;
-  r.device = config::get_string(c, "device");
-  r.precision = config::get_string(c, "precision");
-  r.threads = config::get_int(c, "threads");
-  r.deterministic = config::get_bool(c, "deterministic");
-  r.cudnn_benchmark = config::get_string(c, "cudnn_benchmark");
-  r.channels_last = config::get_bool(c, "channels_last");
-  return r;
+
+// The MLP's input width against the data's, before any step: a clear error instead of a shape mismatch
+// deep inside the first matmul.
+void check_model_input(const config::Config& c, const data::Dataset& train) {
+  if (!c.has("model.in_features")) return;
+  data::FetchContext context;
+  const std::int64_t first = 0;
+  const data::Batch one = train.get_batch(std::span<const std::int64_t>(&first, 1), context);
+  const at::Tensor& x = one.at("x");
+  const std::int64_t width = x.size(-1);
+  BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,
+                       fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
+                                   config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
+                       "make the model's input width match the data");
 }
 
 TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
@@ -245,6 +240,19 @@ std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareI
 
 }  // namespace
 
+plan::PlanRequest plan_request(const config::Config& c) {
+  plan::PlanRequest r;
+  r.device = config::get_string(c, "device");
+  r.precision = config::get_string(c, "precision");
+  r.threads = config::get_int(c, "threads");
+  r.deterministic = config::get_bool(c, "deterministic");
+  r.cudnn_benchmark = config::get_string(c, "cudnn_benchmark");
+  r.channels_last = config::get_bool(c, "channels_last");
+  r.pin_memory = config::get_string(c, "data.pin_memory");
+  r.workers = config::get_int(c, "data.workers");
+  return r;
+}
+
 RunResult run(const config::Config& c, const RunOptions& options) {
   // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
@@ -253,33 +261,9 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
   torch::manual_seed(seed);
 
-  // --- data ---
-  data::SyntheticOptions so;
-  so.kind = config::get_string(c, "data.kind");
-  so.samples = config::get_int(c, "data.samples");
-  so.features = config::get_int(c, "data.features");
-  so.classes = config::get_int(c, "data.classes");
-  so.noise = config::get_double(c, "data.noise");
-  so.seed = seed;
-  auto [train_tensors, val_tensors] = data::split_tail(data::make_synthetic(so), config::get_double(c, "data.val_fraction"));
-  data::TensorSourceOptions to;
-  to.batch_size = config::get_int(c, "data.batch_size");
-  to.shuffle = config::get_bool(c, "data.shuffle");
-  to.drop_last = config::get_bool(c, "data.drop_last");
-  to.seed = seed;
-  data::TensorSource train_source(train_tensors, to);
-  std::optional<data::TensorSource> val_source;
-  if (!val_tensors.empty()) {
-    to.shuffle = false;
-    to.drop_last = false;
-    val_source.emplace(val_tensors, to);
-  }
-  if (c.has("model.in_features")) {
-    BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == so.features,
-                         fmt::format("model.in_features is {} ({}) but data.features is {} ({})", config::get_int(c, "model.in_features"),
-                                     c.origin("model.in_features").str(), so.features, c.origin("data.features").str()),
-                         "make the model's input width match the data");
-  }
+  // --- data: datasets, samplers, prefetching loaders on the planned device ---
+  Loaders loaders = make_loaders(c, p);
+  check_model_input(c, *loaders.splits.train);
 
   // --- model, task, trainer ---
   models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c);
@@ -298,7 +282,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
 
   RunResult result;
   result.run_dir = dir;
-  result.fit = trainer.fit(train_source, val_source ? &*val_source : nullptr);
+  result.fit = trainer.fit(*loaders.train, loaders.val.get());
   return result;
 }
 

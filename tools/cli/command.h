@@ -16,5 +16,6 @@ using Registrar = Action (*)(CLI::App& app);
 Action register_hw(CLI::App& app);
 Action register_train(CLI::App& app);
 Action register_config(CLI::App& app);
+Action register_bench(CLI::App& app);
 
 }  // namespace bellows::cli

@@ -19,6 +19,7 @@ struct PlanRequest {
   bool deterministic = false;
   bool channels_last = false;
   std::string pin_memory = "auto";       // auto | true | false
+  std::int64_t workers = -1;             // data loading threads; -1: auto
 };
 
 struct PlanEntry {
@@ -35,6 +36,7 @@ struct Plan {
   bool deterministic = false;
   bool channels_last = false;
   bool pin_memory = false;
+  int workers = 0;                 // data loading threads (0: in the training thread)
   std::vector<PlanEntry> entries;  // one per setting, in the order above
 
   std::string to_json(int indent = 2) const;

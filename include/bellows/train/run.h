@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bellows/config/schema.h"    // defines: Schema, Config
+#include "bellows/plan/plan.h"        // defines: PlanRequest
 #include "bellows/train/trainer.h"    // defines: FitResult, TrainerOptions
 
 namespace bellows::train {
@@ -24,6 +25,9 @@ config::Schema run_schema(const std::string& model_name);
 
 // Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates.
 config::Config resolve_config(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& args);
+
+// The plan keys of a validated run config (device, precision, threads, data.workers, ...).
+plan::PlanRequest plan_request(const config::Config& config);
 
 struct RunOptions {
   const std::atomic<bool>* stop_flag = nullptr;

@@ -47,7 +47,8 @@ TEST(Plan, AutoOnBf16CpuPicksCpuAndBf16) {
   EXPECT_EQ(p.threads, 4);
   EXPECT_FALSE(p.pin_memory);
   EXPECT_FALSE(p.cudnn_benchmark);
-  EXPECT_EQ(p.entries.size(), 7u);
+  EXPECT_EQ(p.workers, 1);  // 4 cores shared with compute: one worker
+  EXPECT_EQ(p.entries.size(), 8u);
 }
 
 TEST(Plan, AutoOnPlainCpuPicksFp32) { EXPECT_EQ(resolve({}, cpu_machine(false)).precision, "fp32"); }

@@ -1,0 +1,75 @@
+// A Dataset: random access to samples by index, safe to call from several loader workers at once. Every
+// format (CSV, NPY/NPZ, NetCDF, image folders, windows, the stream buffer) is one; the Loader turns a
+// Dataset plus a Sampler into batches. All sources name their tensors "x" (inputs) and "y" (targets), so
+// the built-in tasks work with any of them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+
+#include "bellows/data/batch.h"  // defines: Batch
+
+namespace bellows::data {
+
+// One sample: named tensors without the batch dimension.
+using Example = std::map<std::string, at::Tensor>;
+
+// Seconds spent in each stage of producing a batch; `bellows bench data` reports them.
+struct StageTimes {
+  double read = 0;       // bytes from storage: file reads, page faults of memory maps, gathers
+  double decode = 0;     // PNG/JPEG/text to numbers
+  double transform = 0;  // resize, crop, flip, normalise, windowing
+  double collate = 0;    // samples to one batch: stack, pad
+  double copy = 0;       // host to device (and pinning)
+
+  StageTimes& operator+=(const StageTimes& o);
+  double total() const { return read + decode + transform + collate + copy; }
+};
+
+// What one fetch call needs besides the indices: where to add stage times, and the seed of this epoch's
+// random augmentation. Augmentations draw from sample_generator(seed, index), so a sample is transformed
+// the same way whichever worker loads it, and a resumed run repeats the draws exactly.
+struct FetchContext {
+  StageTimes times;
+  std::uint64_t seed = 0;  // the loader sets this to mix(base seed, epoch)
+  bool train = true;       // false: evaluation (no random augmentation; center crop)
+  double pad_value = 0;    // collation of variable-length samples (see collate.h)
+};
+
+// A deterministic 64-bit mix (splitmix64 of seed and index), for per-sample random streams.
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t index);
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  virtual std::int64_t size() const = 0;
+
+  // Sample `index` in [0, size()). Thread-safe. Errors are kData and name the file and the position
+  // (row, byte offset, variable, image path) of the bad input.
+  virtual Example get(std::int64_t index, FetchContext& context) const = 0;
+
+  // The samples `indices`, collated into one Batch. The default calls get() for each and collate(); datasets
+  // held as tensors override it with one gather per tensor. Thread-safe.
+  virtual Batch get_batch(std::span<const std::int64_t> indices, FetchContext& context) const;
+
+  // Where sample `index` comes from, for error messages: "train.csv line 1236", "images/cat/0003.png".
+  virtual std::string describe(std::int64_t index) const = 0;
+
+  // A short description of the whole dataset: "csv data/train.csv (200000 rows, 64 features)".
+  virtual std::string name() const = 0;
+
+  // The last step, run on the batch after it reached the training device: e.g. images travel as uint8 and
+  // become normalised floats here, which moves a quarter of the bytes through host memory and the copy.
+  virtual void finish_on_device(Batch& batch) const {}
+
+  // The class label (int64 [size()]) of every sample, when the dataset knows them without loading the
+  // samples (a weighted sampler balances classes with them); undefined tensor otherwise.
+  virtual at::Tensor class_labels() const { return {}; }
+};
+
+}  // namespace bellows::data

@@ -34,7 +34,7 @@ using namespace bellows;
 namespace {
 
 struct Args {
-  std::int64_t images = 640, size = 128, batch = 32, steps = 15, trials = 5;
+  std::int64_t images = 640, size = 128, batch = 32, steps = 20, trials = 5;
   fs::path dir = fs::temp_directory_path() / "bellows-bench-images";
 };
 
@@ -156,12 +156,20 @@ int main(int argc, char** argv) try {
   fmt::print("loading: {:.1f} ms/batch (read {:.1f}, decode {:.1f}, transform {:.1f}, collate {:.1f} ms)\n", 1e3 * load,
              1e3 * st.read / ls.batches, 1e3 * st.decode / ls.batches, 1e3 * st.transform / ls.batches, 1e3 * st.collate / ls.batches);
 
-  // Size the CNN so one step costs about one batch's loading (compute ~ width^2).
-  const double c16 = compute_cost(16, sample, 3);
-  const auto width = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::lround(16 * std::sqrt(load / c16) / 4) * 4), 4, 256);
-  const double c = compute_cost(width, sample, 3);
-  fmt::print("compute: CNN width {} -> {:.1f} ms/step (width 16: {:.1f} ms); loading/compute = {:.2f}\n", width, 1e3 * c,
-             1e3 * c16, load / c);
+  // Size the CNN so one step costs about one batch's loading: the width whose step time is closest to the
+  // loading time (in ratio), trying widths in increasing order until compute exceeds loading.
+  std::int64_t width = 4;
+  double c = compute_cost(width, sample, 3);
+  for (std::int64_t w : {6, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
+    if (c >= load) break;
+    const double cw = compute_cost(w, sample, 3);
+    if (std::abs(std::log(cw / load)) < std::abs(std::log(c / load))) {
+      width = w;
+      c = cw;
+    }
+    if (cw >= load) break;
+  }
+  fmt::print("compute: CNN width {} -> {:.1f} ms/step; loading/compute = {:.2f}\n", width, 1e3 * c, load / c);
 
   std::vector<double> off, on;
   for (std::int64_t t = 0; t < a.trials; ++t) {  // alternating A B A B

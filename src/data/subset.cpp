@@ -38,7 +38,7 @@ at::Tensor SubsetDataset::class_labels() const {
 
 std::string SubsetDataset::describe(std::int64_t index) const { return base_->describe(indices_.at(index)); }
 
-std::string SubsetDataset::name() const { return fmt::format("{}: {} of {} samples", label_, indices_.size(), base_->name()); }
+std::string SubsetDataset::name() const { return fmt::format("{}, {} split: {} samples", base_->name(), label_, indices_.size()); }
 
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> split_indices(std::int64_t n, double fraction,
                                                                               const std::string& mode, std::uint64_t seed) {

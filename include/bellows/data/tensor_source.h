@@ -1,12 +1,15 @@
-// Batches from tensors held in memory (synthetic data, small datasets, tests): sequential or shuffled with
-// a per-epoch seed (seed + epoch), optional drop_last; its position is saveable for exact mid-epoch resume.
+// Batches from tensors held in memory (small datasets, tests, C++ programs that already hold their data):
+// a synchronous Loader over a TensorDataset, sequential or shuffled per epoch, optional drop_last, with the
+// Loader's saveable position. For larger data use the Loader directly with workers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
+#include "bellows/data/loader.h"  // defines: Loader
 #include "bellows/data/source.h"  // defines: BatchSource
 
 namespace bellows::data {
@@ -23,22 +26,16 @@ class TensorSource final : public BatchSource {
   // All tensors share their first dimension (kData error naming the one that does not).
   TensorSource(std::map<std::string, at::Tensor> tensors, TensorSourceOptions options);
 
-  void start_epoch(std::int64_t epoch) override;
-  std::optional<Batch> next() override;
-  std::int64_t batches_per_epoch() const override;
-  std::int64_t remaining_in_epoch() const override;
-  std::int64_t samples() const override { return n_; }
-  StateDict state_dict() const override;
-  void load_state_dict(const StateDict& state) override;
+  void start_epoch(std::int64_t epoch) override { loader_->start_epoch(epoch); }
+  std::optional<Batch> next() override { return loader_->next(); }
+  std::int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+  std::int64_t remaining_in_epoch() const override { return loader_->remaining_in_epoch(); }
+  std::int64_t samples() const override { return loader_->samples(); }
+  StateDict state_dict() const override { return loader_->state_dict(); }
+  void load_state_dict(const StateDict& state) override { loader_->load_state_dict(state); }
 
  private:
-  std::map<std::string, at::Tensor> tensors_;
-  TensorSourceOptions options_;
-  std::int64_t n_ = 0;
-  std::int64_t epoch_ = -1;
-  std::int64_t position_ = 0;  // next batch index within the epoch
-  bool resumed_ = false;       // load_state_dict set the position for the next start_epoch
-  at::Tensor order_;           // sample permutation of the current epoch (int64)
+  std::unique_ptr<Loader> loader_;
 };
 
 }  // namespace bellows::data

@@ -11,6 +11,7 @@
 #include "bellows/config/config.h"
 #include "bellows/config/schema.h"
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::config::test_support {
 
@@ -41,16 +42,7 @@ inline Schema test_schema() {
   return s;
 }
 
-// The bellows::Error that `fn` throws; a test failure when it throws none.
-inline Error error_from(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a bellows::Error, none was thrown";
-  return Error(ErrorKind::kInternal, "<no error>", "");
-}
+using bellows::test_support::error_from;
 
 // One leaf as text: its type, whether it is a forced (quoted) string, and its scalar text, recursively.
 inline std::string leaf_text(const YAML::Node& node) {

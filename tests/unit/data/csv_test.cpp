@@ -21,28 +21,18 @@
 #include <vector>
 
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::data {
 namespace {
 
+using test_support::error_from;
+using test_support::floats;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-Error error_from(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a bellows::Error, none was thrown";
-  return Error(ErrorKind::kInternal, "<no error>", "");
-}
 
-std::vector<float> floats(const at::Tensor& t) {
-  EXPECT_EQ(t.scalar_type(), at::kFloat);
-  const at::Tensor c = t.contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 std::vector<std::int64_t> longs(const at::Tensor& t) {
   EXPECT_EQ(t.scalar_type(), at::kLong);

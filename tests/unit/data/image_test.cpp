@@ -18,24 +18,18 @@
 #include "bellows/data/image_codec.h"
 #include "bellows/data/image_folder.h"
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::data {
 namespace {
+
+using test_support::error_from;
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
 // --- helpers ---
 
-Error error_from(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a bellows::Error, none was thrown";
-  return Error(ErrorKind::kInternal, "<no error>", "");
-}
 
 // A folder under the system's temporary directory, removed with everything in it at the end of the test.
 class TempDir {

@@ -17,9 +17,12 @@
 #include <thread>
 
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::data {
 namespace {
+
+using test_support::error_from;
 
 namespace fs = std::filesystem;
 
@@ -37,16 +40,6 @@ double u(int t, int l, int i, int j) {
   return u_raw(t, l, i, j) * 0.5 + 10;
 }
 
-template <class F>
-Error error_from(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a bellows::Error";
-  return Error(ErrorKind::kInternal, "no error", "");
-}
 
 void ok(int status) {
   ASSERT_EQ(status, NC_NOERR) << nc_strerror(status);

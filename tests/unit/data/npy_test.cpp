@@ -16,24 +16,17 @@
 #include <sstream>
 
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::data {
 namespace {
+
+using test_support::error_from;
 
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = fs::path(BELLOWS_TEST_DATA_DIR) / "npy";
 
-template <class F>
-Error error_from(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a bellows::Error";
-  return Error(ErrorKind::kInternal, "no error", "");
-}
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

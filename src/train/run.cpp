@@ -283,6 +283,16 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   RunResult result;
   result.run_dir = dir;
   result.fit = trainer.fit(*loaders.train, loaders.val.get());
+  result.data = loaders.train->stats();
+  if (options.console) {
+    const data::LoaderStats& d = result.data;
+    std::fprintf(options.console, "%s\n",
+                 fmt::format("data: {}; the training step waited for batches {:.1f}% of {:.1f} s; queue peak {:.1f} MB; "
+                             "`bellows bench data` measures the pipeline alone",
+                             d.workers > 0 ? fmt::format("{} worker(s), prefetch {}", d.workers, d.prefetch) : std::string("synchronous"),
+                             d.wall_seconds > 0 ? 100 * d.wait_seconds / d.wall_seconds : 0.0, d.wall_seconds,
+                             d.queue_bytes_peak / 1e6).c_str());
+  }
   return result;
 }
 

@@ -28,7 +28,8 @@ TEST(TrainCli, DemoTrainsAndWritesTheRunDirectory) {
   const fs::path out = scratch();
   const Result r = run("train --max-steps 60 --output-dir " + out.string() + " train.log_every_n_steps=10 threads=1");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
-  for (const char* expected : {"machine", "precision", "device", "run finished", "optimizer steps   60"}) {
+  for (const char* expected : {"machine", "precision", "device", "workers", "run finished", "optimizer steps   60",
+                               "the training step waited for batches"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
   }
   const fs::path run_dir = out / "demo";
@@ -45,6 +46,7 @@ TEST(TrainCli, DemoTrainsAndWritesTheRunDirectory) {
   const auto plan = nlohmann::json::parse(slurp(run_dir / "plan.json"));
   EXPECT_EQ(plan["device"], "cpu");
   EXPECT_EQ(plan["threads"], 1);
+  EXPECT_GE(plan["workers"].get<int>(), 1);  // planned: loading overlaps compute
   // A second run with the same name does not overwrite the first.
   const Result again = run("train --max-steps 5 --output-dir " + out.string() + " threads=1");
   ASSERT_EQ(again.code, 0) << again.err;

@@ -75,7 +75,7 @@ Action register_train(CLI::App& app) {
                "outputs in <output_dir>/<name>/");
   take_free_arguments(cmd);
   cmd->footer("Flags: --batch-size --epochs --lr --precision --device --accumulation-steps --clip-max-norm --seed "
-              "--output-dir --max-steps --name --threads; any key: key=value (optim.lr=3e-4).");
+              "--output-dir --max-steps --name --threads --workers --prefetch --data; any key: key=value (optim.lr=3e-4).");
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_args(cmd->remaining());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bellows/config/schema.h"    // defines: Schema, Config
+#include "bellows/data/loader.h"      // defines: LoaderStats
 #include "bellows/plan/plan.h"        // defines: PlanRequest
 #include "bellows/train/trainer.h"    // defines: FitResult, TrainerOptions
 
@@ -37,6 +38,7 @@ struct RunOptions {
 
 struct RunResult {
   FitResult fit;
+  data::LoaderStats data;  // the training loader's counters over the run
   std::filesystem::path run_dir;
 };
 

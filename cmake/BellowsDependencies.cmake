@@ -17,6 +17,8 @@ find_package(netCDF REQUIRED)
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)
 find_package(ZLIB REQUIRED)
+# Checkpoint checksums (ckpt/): SHA-256 from OpenSSL's libcrypto.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 
 # LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
 # include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.

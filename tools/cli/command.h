@@ -17,5 +17,6 @@ Action register_hw(CLI::App& app);
 Action register_train(CLI::App& app);
 Action register_config(CLI::App& app);
 Action register_bench(CLI::App& app);
+Action register_ckpt(CLI::App& app);
 
 }  // namespace bellows::cli

@@ -59,7 +59,8 @@ int run(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.footer("Exit codes: 0 ok, 1 failure, 2 usage or configuration error, 3 input data error, "
              "4 resource error, 5 interrupted after a clean checkpoint, 130 interrupted without a checkpoint.");
-  std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app), register_bench(app)};
+  std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app), register_bench(app),
+                                 register_ckpt(app)};
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
 
   try {

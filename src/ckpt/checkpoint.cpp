@@ -1,0 +1,261 @@
+// The checkpoint directory format; see checkpoint.h.
+#include "bellows/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <regex>
+
+#include "bellows/ckpt/checksum.h"
+#include "bellows/ckpt/safetensors.h"
+#include "bellows/util/check.h"
+#include "bellows/version.h"
+
+namespace bellows::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::regex kNamePattern("step-([0-9]{9,})");
+
+// Writes `bytes` to `path` and fsyncs the file, so that a rename after it never exposes a hole.
+void write_synced(const fs::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  BELLOWS_CHECK_RESOURCE(fd >= 0, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)),
+                         "check the checkpoint directory's permissions");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      BELLOWS_FAIL(ErrorKind::kResource, fmt::format("writing {} failed after {} of {} bytes: {}", path.string(), done, bytes.size(), std::strerror(err)),
+                   "free disk space or point the checkpoints elsewhere");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  BELLOWS_CHECK_RESOURCE(synced, fmt::format("fsync of {} failed: {}", path.string(), std::strerror(err)), "check the disk");
+}
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  BELLOWS_CHECK_RESOURCE(fd >= 0, fmt::format("cannot open directory {}: {}", dir.string(), std::strerror(errno)), "check permissions");
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  BELLOWS_CHECK_RESOURCE(synced, fmt::format("fsync of directory {} failed", dir.string()), "check the disk");
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::map<std::string, at::Tensor> to_cpu(const std::map<std::string, at::Tensor>& tensors) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, t] : tensors) out.emplace(name, t.detach().to(at::kCPU).contiguous());
+  return out;
+}
+
+std::int64_t step_of(const fs::path& p) {
+  std::smatch m;
+  const std::string name = p.filename().string();
+  return std::regex_match(name, m, kNamePattern) ? std::stoll(m[1].str()) : -1;
+}
+
+Manifest parse_manifest(const nlohmann::json& j) {
+  Manifest m;
+  m.format_version = j.at("format_version").get<std::int64_t>();
+  m.bellows_version = j.at("bellows_version").get<std::string>();
+  m.torch_version = j.at("torch_version").get<std::string>();
+  m.created_utc = j.at("created_utc").get<std::string>();
+  m.step = j.at("step").get<std::int64_t>();
+  m.epoch = j.at("epoch").get<std::int64_t>();
+  m.info = j.at("info");
+  for (const auto& [name, f] : j.at("files").items()) m.files[name] = {f.at("sha256").get<std::string>(), f.at("bytes").get<std::uint64_t>()};
+  return m;
+}
+
+}  // namespace
+
+std::string checkpoint_name(std::int64_t step) { return fmt::format("step-{:09}", step); }
+
+fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
+  BELLOWS_CHECK(c.step >= 0, fmt::format("checkpoint step {}", c.step), "report this bug");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create {}: {}", dir.string(), ec.message()), "check the output directory");
+  static std::atomic<int> counter{0};
+  const std::string name = checkpoint_name(c.step);
+  const fs::path tmp = dir / fmt::format(".tmp-{}-{}-{}", name, ::getpid(), counter++);
+  const fs::path final_path = dir / name;
+  try {
+    fs::create_directory(tmp);
+    // Bytes first (the copy to host memory), then files, each fsynced; the manifest last.
+    const std::string model = safetensors_bytes(to_cpu(c.model), {{"format", "pt"}});
+    const std::string state = safetensors_bytes(to_cpu(c.state), {{"format", "bellows-state"}});
+    write_synced(tmp / kModelFile, model);
+    write_synced(tmp / kStateFile, state);
+    nlohmann::json files = nlohmann::json::object();
+    files[kModelFile] = {{"sha256", sha256_hex(model)}, {"bytes", model.size()}};
+    files[kStateFile] = {{"sha256", sha256_hex(state)}, {"bytes", state.size()}};
+    const nlohmann::json manifest = {{"format", "bellows-checkpoint"}, {"format_version", kFormatVersion},
+                                     {"bellows_version", BELLOWS_VERSION}, {"torch_version", TORCH_VERSION},
+                                     {"created_utc", utc_now()},          {"step", c.step},
+                                     {"epoch", c.epoch},                  {"info", c.info},
+                                     {"files", files}};
+    write_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
+    fsync_directory(tmp);
+    // Replacing a checkpoint of the same step: move the old one aside first, so one of them is always whole.
+    fs::path old;
+    if (fs::exists(final_path)) {
+      old = dir / fmt::format(".old-{}-{}-{}", name, ::getpid(), counter++);
+      fs::rename(final_path, old);
+    }
+    fs::rename(tmp, final_path);
+    fsync_directory(dir);
+    if (!old.empty()) fs::remove_all(old, ec);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: {}", final_path.string(), e.what()),
+                 "check free disk space and permissions; the previous checkpoints are untouched");
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return final_path;
+}
+
+Manifest read_manifest(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kManifestFile;
+  BELLOWS_CHECK_DATA(fs::exists(path), fmt::format("{}: {} is missing", checkpoint.string(), kManifestFile),
+                     "an incomplete checkpoint (a writer died before finishing it); use another one");
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    in >> j;
+    BELLOWS_CHECK_DATA(j.value("format", "") == "bellows-checkpoint", fmt::format("{}: not a bellows checkpoint manifest", path.string()),
+                       "point --resume at a checkpoint directory (step-XXXXXXXXX)");
+    return parse_manifest(j);
+  } catch (const nlohmann::json::exception& e) {
+    BELLOWS_FAIL(ErrorKind::kData, fmt::format("{}: malformed manifest: {}", path.string(), e.what()),
+                 "the checkpoint is damaged; use another one");
+  }
+}
+
+Verification verify_checkpoint(const fs::path& checkpoint) {
+  Verification v;
+  try {
+    v.manifest = read_manifest(checkpoint);
+  } catch (const Error& e) {
+    v.problem = e.message();
+    return v;
+  }
+  if (v.manifest.format_version != kFormatVersion) {
+    v.problem = fmt::format("format version {} (this bellows reads {})", v.manifest.format_version, kFormatVersion);
+    return v;
+  }
+  for (const char* required : {kModelFile, kStateFile}) {
+    if (!v.manifest.files.count(required)) {
+      v.problem = fmt::format("the manifest lists no {}", required);
+      return v;
+    }
+  }
+  for (const auto& [name, expected] : v.manifest.files) {
+    const fs::path file = checkpoint / name;
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (ec) {
+      v.problem = fmt::format("{} is missing", name);
+      return v;
+    }
+    if (size != expected.second) {
+      v.problem = fmt::format("{} has {} bytes, the manifest says {} (truncated?)", name, size, expected.second);
+      return v;
+    }
+    if (sha256_file(file) != expected.first) {
+      v.problem = fmt::format("{}: checksum mismatch (SHA-256 differs from the manifest)", name);
+      return v;
+    }
+  }
+  v.ok = true;
+  return v;
+}
+
+Checkpoint load_checkpoint(const fs::path& checkpoint, bool mmap) {
+  const Verification v = verify_checkpoint(checkpoint);
+  BELLOWS_CHECK_DATA(v.ok, fmt::format("checkpoint {} is not usable: {}", checkpoint.string(), v.problem),
+                     "resume from another checkpoint (--resume auto skips broken ones)");
+  Checkpoint c;
+  c.step = v.manifest.step;
+  c.epoch = v.manifest.epoch;
+  c.info = v.manifest.info;
+  c.model = read_safetensors(checkpoint / kModelFile, nullptr, mmap);
+  c.state = read_safetensors(checkpoint / kStateFile, nullptr, false);
+  return c;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory() && step_of(entry.path()) >= 0) out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
+  return out;
+}
+
+std::optional<fs::path> find_latest_valid(const fs::path& dir, std::vector<std::string>* skipped) {
+  const auto all = list_checkpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const Verification v = verify_checkpoint(*it);
+    if (v.ok) return *it;
+    if (skipped) skipped->push_back(fmt::format("{}: {}", it->filename().string(), v.problem));
+  }
+  return std::nullopt;
+}
+
+std::vector<fs::path> prune_checkpoints(const fs::path& dir, std::int64_t keep_last, const std::vector<fs::path>& keep) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  auto all = list_checkpoints(dir);
+  if (keep_last > 0 && static_cast<std::int64_t>(all.size()) > keep_last) {
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) {
+      const bool kept = std::any_of(keep.begin(), keep.end(), [&](const fs::path& k) { return fs::equivalent(k, all[i], ec); });
+      if (kept) continue;
+      fs::remove_all(all[i], ec);
+      removed.push_back(all[i]);
+    }
+  }
+  // Leftovers of writers that died (other processes): temporary and replaced directories.
+  const std::string mine = fmt::format("-{}-", ::getpid());
+  if (fs::is_directory(dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if ((name.rfind(".tmp-step-", 0) == 0 || name.rfind(".old-step-", 0) == 0) && name.find(mine) == std::string::npos) {
+        fs::remove_all(entry.path(), ec);
+        removed.push_back(entry.path());
+      }
+    }
+  }
+  return removed;
+}
+
+}  // namespace bellows::ckpt

@@ -1,0 +1,556 @@
+// safetensors: the file the Python library wrote (tests/golden/gen_safetensors.py) read exactly and rewritten
+// byte for byte, bellows' files read back by the Python library (check_safetensors.py), round trips mapped and
+// read, the header alone, and every corrupt-input error with the file and byte offsets in the message.
+#include "bellows/ckpt/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "bellows/util/error.h"
+#include "test_util.h"
+
+namespace bellows::ckpt {
+namespace {
+
+using test_support::error_from;
+
+namespace fs = std::filesystem;
+
+const fs::path kGolden = fs::path(BELLOWS_TEST_DATA_DIR) / ".." / "golden";
+const fs::path kAllDtypes = kGolden / "safetensors" / "all_dtypes.safetensors";
+const fs::path kNoMetadata = kGolden / "safetensors" / "no_metadata.safetensors";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string le64(std::uint64_t v) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+// A file by hand: the length of `header` as is (no padding), the header, the data.
+std::string assemble(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
+
+// The tensors and metadata of gen_safetensors.py, stated again here.
+std::map<std::string, at::Tensor> golden_tensors() {
+  const auto a = [](std::int64_t n, at::ScalarType type = at::kLong) { return at::arange(n, type); };
+  return {
+      {"f64", (a(6, at::kDouble) / 4).reshape({2, 3})},
+      {"f32", (a(12, at::kFloat) * 0.5 - 2).reshape({3, 4})},
+      {"f16", (a(8, at::kFloat) * 0.25 - 1).to(at::kHalf)},
+      {"bf16", (a(8, at::kFloat) * 0.5 - 2).to(at::kBFloat16)},
+      {"i64", (a(5) - 2) * 1'000'000'000'000},
+      {"i32", (a(6) * 1000 - 3000).to(at::kInt).reshape({2, 3})},
+      {"i16", (a(4) * 300 - 600).to(at::kShort)},
+      {"i8", (a(5) * 50 - 100).to(at::kChar)},
+      {"u8", (a(10) * 25).to(at::kByte)},
+      {"bool", a(5).remainder(2) == 0},
+      {"f8_e4m3", (a(8, at::kFloat) * 0.5 - 2).to(at::kFloat8_e4m3fn)},
+      {"f8_e5m2", (a(8, at::kFloat) * 0.5 - 2).to(at::kFloat8_e5m2)},
+      {"scalar", at::scalar_tensor(3.25, at::kFloat)},
+      {"step", at::scalar_tensor(42, at::kLong)},
+      {"empty", at::zeros({0, 3}, at::kFloat)},
+  };
+}
+
+const std::map<std::string, std::string> kGoldenMetadata = {
+    {"format", "pt"},
+    {"producer", "tests/golden/gen_safetensors.py"},
+    {"note", "caf\xc3\xa9 \xe2\x9c\x93 \"quoted\" back\\slash\nnew line\ttab \x01 a/b"},
+};
+
+// Same dtype, shape and bytes: exact for every dtype, fp8 included.
+::testing::AssertionResult same(const at::Tensor& got, const at::Tensor& want) {
+  if (got.scalar_type() != want.scalar_type() || got.sizes() != want.sizes()) {
+    return ::testing::AssertionFailure() << "got " << got.scalar_type() << " " << got.sizes() << ", want "
+                                         << want.scalar_type() << " " << want.sizes();
+  }
+  const at::Tensor g = got.contiguous(), w = want.contiguous();
+  if (g.nbytes() > 0 && std::memcmp(g.data_ptr(), w.data_ptr(), g.nbytes()) != 0) {
+    return ::testing::AssertionFailure() << "values differ: got " << got.to(at::kDouble) << ", want "
+                                         << want.to(at::kDouble);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void expect_golden(const std::map<std::string, at::Tensor>& got) {
+  const auto want = golden_tensors();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(same(got.at(name), t)) << name;
+  }
+  // A few values spelled out, so that the test does not only agree with ATen's own conversions.
+  EXPECT_EQ(got.at("f32")[2][3].item<float>(), 3.5f);
+  EXPECT_EQ(got.at("f64")[1][2].item<double>(), 1.25);
+  EXPECT_EQ(got.at("i64")[0].item<std::int64_t>(), -2'000'000'000'000);
+  EXPECT_EQ(got.at("i8")[0].item<std::int8_t>(), -100);
+  EXPECT_EQ(got.at("u8")[9].item<std::uint8_t>(), 225);
+  EXPECT_EQ(got.at("bf16")[7].item<float>(), 1.5f);
+  EXPECT_EQ(got.at("f16")[1].item<float>(), -0.75f);
+  EXPECT_TRUE(at::equal(got.at("f8_e4m3").to(at::kFloat), at::arange(8, at::kFloat) * 0.5 - 2));
+  EXPECT_TRUE(at::equal(got.at("f8_e5m2").to(at::kFloat), at::arange(8, at::kFloat) * 0.5 - 2));
+  EXPECT_EQ(got.at("f8_e4m3").view(at::kByte)[0].item<std::uint8_t>(), 0xc0);  // -2 in e4m3fn
+  EXPECT_EQ(got.at("f8_e5m2").view(at::kByte)[0].item<std::uint8_t>(), 0xc0);  // -2 in e5m2
+  EXPECT_EQ(got.at("scalar").dim(), 0);
+  EXPECT_EQ(got.at("scalar").item<float>(), 3.25f);
+  EXPECT_EQ(got.at("step").item<std::int64_t>(), 42);
+  EXPECT_EQ(got.at("empty").sizes(), at::IntArrayRef({0, 3}));
+  EXPECT_EQ(got.at("bool")[1].item<bool>(), false);
+}
+
+// The file mapped at `p` in this process, from /proc/self/maps; empty when `p` is not in a file mapping.
+std::string mapped_file_at(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || addr < lo || addr >= hi) continue;
+    const auto slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           fmt::format("bellows_safetensors_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Every reader (header alone, read, mapped) refuses `bytes` with a kData error whose message names the file
+  // and holds each of `parts`.
+  void expect_refused(const std::string& bytes, const std::vector<std::string>& parts) {
+    const fs::path p = dir_ / "bad.safetensors";
+    spit(p, bytes);
+    const std::vector<std::pair<const char*, std::function<void()>>> readers = {
+        {"header", [&] { read_safetensors_header(p); }},
+        {"read", [&] { read_safetensors(p, nullptr, false); }},
+        {"mmap", [&] { read_safetensors(p, nullptr, true); }},
+    };
+    for (const auto& [reader, fn] : readers) {
+      const Error e = error_from(fn);
+      EXPECT_EQ(e.kind(), ErrorKind::kData) << reader << ": " << e.message();
+      EXPECT_NE(e.message().find(p.string() + ": "), std::string::npos) << reader << ": " << e.message();
+      for (const auto& part : parts)
+        EXPECT_NE(e.message().find(part), std::string::npos) << reader << ": " << e.message();
+    }
+  }
+
+  fs::path dir_;
+};
+
+using SafetensorsGolden = SafetensorsTest;
+using SafetensorsRoundTrip = SafetensorsTest;
+using SafetensorsWrite = SafetensorsTest;
+using SafetensorsPython = SafetensorsTest;
+
+// --- files written by Python ---
+
+TEST_F(SafetensorsGolden, ReadsEveryDtypeWrittenByPython) {
+  for (bool mmap : {false, true}) {
+    std::map<std::string, std::string> metadata;
+    SCOPED_TRACE(mmap ? "mmap" : "read");
+    expect_golden(read_safetensors(kAllDtypes, &metadata, mmap));
+    EXPECT_EQ(metadata, kGoldenMetadata);
+  }
+  std::map<std::string, std::string> metadata = {{"stale", "x"}};
+  const auto t = read_safetensors(kNoMetadata, &metadata);
+  EXPECT_TRUE(metadata.empty());
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_TRUE(same(t.at("x"), golden_tensors().at("f32")));
+}
+
+// Python orders tensors by descending dtype rank (I64 F64 F32 I32 BF16 F16 I16 F8_E4M3 F8_E5M2 I8 U8 BOOL),
+// then by name, and writes compact JSON padded with spaces to 8 bytes; bellows does the same. The metadata's
+// key order in Python's header is a Rust HashMap's (random); gen_safetensors.py saves until it is sorted.
+TEST_F(SafetensorsGolden, WritesTheSameBytesAsPython) {
+  const std::string python = slurp(kAllDtypes);
+  ASSERT_FALSE(python.empty()) << kAllDtypes;
+  EXPECT_EQ(safetensors_bytes(golden_tensors(), kGoldenMetadata), python);
+  std::map<std::string, std::string> metadata;
+  EXPECT_EQ(safetensors_bytes(read_safetensors(kAllDtypes, &metadata), metadata), python);
+  EXPECT_EQ(safetensors_bytes({{"x", golden_tensors().at("f32")}}), slurp(kNoMetadata));
+}
+
+TEST_F(SafetensorsGolden, ReadsTheHeaderAlone) {
+  const SafetensorsHeader h = read_safetensors_header(kAllDtypes);
+  EXPECT_EQ(h.metadata, kGoldenMetadata);
+  EXPECT_EQ(h.data_offset, 8u + 1056u);
+  EXPECT_EQ(h.data_offset + h.tensors.back().end, fs::file_size(kAllDtypes));
+  std::vector<std::string> names;
+  for (const auto& t : h.tensors) names.push_back(t.name);
+  // Data order: by offset (zero-size "empty" sorts before "f32" at the same offset).
+  EXPECT_EQ(names, (std::vector<std::string>{"i64", "step", "f64", "empty", "f32", "scalar", "i32", "bf16", "f16",
+                                             "i16", "f8_e4m3", "f8_e5m2", "i8", "u8", "bool"}));
+  const TensorInfo& i64 = h.tensors[0];
+  EXPECT_EQ(i64.dtype, at::kLong);
+  EXPECT_EQ(i64.shape, std::vector<std::int64_t>{5});
+  EXPECT_EQ(i64.begin, 0u);
+  EXPECT_EQ(i64.end, 40u);
+  const TensorInfo& step = h.tensors[1];
+  EXPECT_TRUE(step.shape.empty());
+  EXPECT_EQ(step.end - step.begin, 8u);
+  const TensorInfo& empty = h.tensors[3];
+  EXPECT_EQ(empty.shape, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(empty.begin, empty.end);
+  EXPECT_EQ(h.tensors[10].dtype, at::kFloat8_e4m3fn);
+  EXPECT_EQ(h.tensors[14].dtype, at::kBool);
+}
+
+// --- files written by bellows, read by Python ---
+
+TEST_F(SafetensorsPython, PythonReadsWhatBellowsWrites) {
+  const char* python = std::getenv("BELLOWS_PYTHON");
+  if (python == nullptr || *python == '\0') {
+    GTEST_SKIP() << "BELLOWS_PYTHON is not set (scripts/setup.sh exports it; run through scripts/dev.sh test)";
+  }
+  const fs::path written = dir_ / "written.safetensors", from_bytes = dir_ / "from_bytes.safetensors";
+  write_safetensors(written, golden_tensors(), kGoldenMetadata);
+  spit(from_bytes, safetensors_bytes(golden_tensors(), kGoldenMetadata));
+  EXPECT_EQ(slurp(written), slurp(from_bytes));
+  const fs::path checker = kGolden / "check_safetensors.py";
+  for (const auto& file : {written, from_bytes}) {
+    const std::string command = fmt::format("'{}' '{}' '{}'", python, checker.string(), file.string());
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << command;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << command << " found differences (printed above)";
+  }
+}
+
+// --- round trips ---
+
+TEST_F(SafetensorsRoundTrip, EveryDtypeMappedAndRead) {
+  const fs::path p = dir_ / "all.safetensors";
+  write_safetensors(p, golden_tensors(), kGoldenMetadata);
+  for (bool mmap : {false, true}) {
+    SCOPED_TRACE(mmap ? "mmap" : "read");
+    std::map<std::string, std::string> metadata;
+    expect_golden(read_safetensors(p, &metadata, mmap));
+    EXPECT_EQ(metadata, kGoldenMetadata);
+  }
+}
+
+TEST_F(SafetensorsRoundTrip, ShapesViewsAndRandomBits) {
+  const auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor base = at::randn({6, 5}, gen);
+  const std::map<std::string, at::Tensor> tensors = {
+      {"randn", at::randn({1000, 17}, gen)},
+      {"transposed", base.t()},                         // not contiguous
+      {"column", base.select(1, 2)},                    // strided view
+      {"slice", base.to(at::kDouble).narrow(0, 2, 3)},  // storage offset
+      {"empty_bool", at::empty({0}, at::kBool)},
+      {"empty_3d", at::empty({2, 0, 4}, at::kHalf)},
+      {"scalar_bool", at::scalar_tensor(true, at::kBool)},
+      {"a.b/c d", at::ones({1})},  // any UTF-8 name
+      {"caf\xc3\xa9", at::ones({2}, at::kInt)},
+  };
+  const fs::path p = dir_ / "t.safetensors";
+  write_safetensors(p, tensors);
+  for (bool mmap : {false, true}) {
+    std::map<std::string, std::string> metadata = {{"stale", "x"}};
+    const auto r = read_safetensors(p, &metadata, mmap);
+    EXPECT_TRUE(metadata.empty());
+    ASSERT_EQ(r.size(), tensors.size());
+    for (const auto& [name, t] : tensors) EXPECT_TRUE(same(r.at(name), t)) << name << (mmap ? " mmap" : " read");
+  }
+}
+
+TEST_F(SafetensorsRoundTrip, EmptyDictAndMetadataOnly) {
+  const std::string bytes = safetensors_bytes({});
+  EXPECT_EQ(bytes, assemble("{}      ", ""));  // padded to 8
+  const fs::path p = dir_ / "empty.safetensors";
+  write_safetensors(p, {}, {{"k", "v"}});
+  for (bool mmap : {false, true}) {
+    std::map<std::string, std::string> metadata;
+    EXPECT_TRUE(read_safetensors(p, &metadata, mmap).empty());
+    EXPECT_EQ(metadata, (std::map<std::string, std::string>{{"k", "v"}}));
+  }
+}
+
+TEST_F(SafetensorsRoundTrip, MmapViewsTheFileAndOutlivesIt) {
+  const fs::path p = dir_ / "big.safetensors";
+  write_safetensors(p, {{"w", at::arange(1 << 16, at::kFloat).reshape({256, 256})}, {"b", at::ones({3}, at::kByte)}});
+  at::Tensor mapped = read_safetensors(p, nullptr, true).at("w");
+  EXPECT_EQ(mapped_file_at(mapped.data_ptr()), fs::canonical(p).string());
+  const at::Tensor read = read_safetensors(p, nullptr, false).at("w");
+  EXPECT_EQ(mapped_file_at(read.data_ptr()), "");
+  at::Tensor row = mapped[200];
+  mapped.reset();
+  fs::remove(p);  // the mapping stays valid, held by the view
+  EXPECT_EQ(row[3].item<float>(), 200 * 256 + 3);
+  EXPECT_TRUE(at::equal(row, read[200]));
+}
+
+// Other writers may leave the header unpadded: mapped data that are not aligned to their item size are copied.
+TEST_F(SafetensorsRoundTrip, UnpaddedHeaderIsReadCorrectly) {
+  const at::Tensor t = at::arange(4, at::kFloat) + 0.5;
+  const std::string header = R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";  // 55 bytes
+  ASSERT_NE(header.size() % 4, 0u);
+  const fs::path p = dir_ / "unpadded.safetensors";
+  spit(p, assemble(header, std::string(static_cast<const char*>(t.data_ptr()), 16)));
+  for (bool mmap : {false, true}) {
+    const at::Tensor r = read_safetensors(p, nullptr, mmap).at("t");
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r.data_ptr()) % 4, 0u);
+    EXPECT_TRUE(at::equal(r, t)) << mmap;
+  }
+}
+
+TEST_F(SafetensorsRoundTrip, CudaTensorsAreMovedToTheCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device";
+  const at::Tensor t = at::arange(10, at::kFloat).to(at::kCUDA).to(at::kBFloat16);
+  const fs::path p = dir_ / "cuda.safetensors";
+  write_safetensors(p, {{"t", t}});
+  const at::Tensor r = read_safetensors(p).at("t");
+  EXPECT_TRUE(r.device().is_cpu());
+  EXPECT_TRUE(same(r, t.cpu()));
+}
+
+// --- writing refusals ---
+
+TEST_F(SafetensorsWrite, RefusesWhatTheFormatCannotHold) {
+  const at::Tensor ok = at::ones({2});
+  const std::vector<std::tuple<std::string, at::Tensor, std::string>> cases = {
+      {"", ok, "empty name"},
+      {"__metadata__", ok, "'__metadata__'"},
+      {"undef", at::Tensor(), "tensor 'undef' is undefined"},
+      {"sp", at::eye(3).to_sparse(), "tensor 'sp' is not dense"},
+      {"q", at::quantize_per_tensor(at::ones({2}), 0.1, 0, at::kQUInt8), "tensor 'q' is quantized"},
+      {"z", at::ones({2}, at::kComplexFloat), "tensor 'z' has dtype ComplexFloat"},
+      {"u16", at::empty({2}, at::kUInt16), "tensor 'u16' has dtype UInt16"},
+      {"bad\xff", ok, "UTF-8"},
+  };
+  for (const auto& [name, t, part] : cases) {
+    const fs::path p = dir_ / "never.safetensors";
+    Error e = error_from([&] { safetensors_bytes({{"fine", ok}, {name, t}}); });
+    EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+    EXPECT_NE(e.message().find(part), std::string::npos) << e.message();
+    e = error_from([&] { write_safetensors(p, {{"fine", ok}, {name, t}}); });
+    EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+    EXPECT_FALSE(fs::exists(p)) << "refused before the file is created";
+  }
+  const Error e = error_from([&] { safetensors_bytes({{"x", ok}}, {{"k", "bad\xff"}}); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData);
+  EXPECT_NE(e.message().find("UTF-8"), std::string::npos) << e.message();
+}
+
+TEST_F(SafetensorsWrite, UnwritableDirectoryIsAResourceError) {
+  const Error e = error_from([&] { write_safetensors(dir_ / "absent" / "x.safetensors", {{"x", at::ones({1})}}); });
+  EXPECT_EQ(e.kind(), ErrorKind::kResource);
+  EXPECT_NE(e.message().find("absent/x.safetensors"), std::string::npos) << e.message();
+}
+
+TEST_F(SafetensorsWrite, LayoutFollowsDtypeRankThenName) {
+  const std::string bytes = safetensors_bytes({{"a_u8", at::ones({3}, at::kByte)},
+                                               {"b_f32", at::ones({1})},
+                                               {"c_i64", at::ones({1}, at::kLong)},
+                                               {"a_f32", at::ones({2})}},
+                                              {{"z", "1"}, {"a", "2"}});
+  const std::string json = R"({"__metadata__":{"a":"2","z":"1"},)"
+                           R"("c_i64":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                           R"("a_f32":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                           R"("b_f32":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
+                           R"("a_u8":{"dtype":"U8","shape":[3],"data_offsets":[20,23]}})";
+  const std::uint64_t n = (json.size() + 7) / 8 * 8;  // padded with spaces
+  ASSERT_EQ(bytes.size(), 8 + n + 23);
+  EXPECT_EQ(bytes.substr(0, 8), le64(n));
+  EXPECT_EQ(bytes.substr(8, n), json + std::string(n - json.size(), ' '));
+}
+
+// --- corrupt input ---
+
+class SafetensorsCorrupt : public SafetensorsTest {
+ protected:
+  void SetUp() override {
+    SafetensorsTest::SetUp();
+    bytes_ =
+        safetensors_bytes({{"a", at::ones({2, 3})}, {"b", at::ones({2}, at::kLong)}, {"c", at::ones({3}, at::kByte)}},
+                          {{"format", "pt"}});
+    n_ = 0;
+    for (int i = 7; i >= 0; --i) n_ = (n_ << 8) | static_cast<std::uint8_t>(bytes_[static_cast<std::size_t>(i)]);
+    data_ = 8 + n_;
+    ASSERT_EQ(bytes_.size(), data_ + 24 + 16 + 3);
+  }
+  std::string header() const { return bytes_.substr(8, n_); }
+  // `bytes_` with the first `from` in its header replaced by `to` (of the same length).
+  std::string replaced(const std::string& from, const std::string& to) const {
+    std::string b = bytes_;
+    const auto at = b.find(from, 8);
+    EXPECT_NE(at, std::string::npos) << from;
+    EXPECT_EQ(from.size(), to.size());
+    return b.replace(at, from.size(), to);
+  }
+  std::string bytes_;
+  std::uint64_t n_ = 0, data_ = 0;
+};
+
+TEST_F(SafetensorsCorrupt, MissingFileAndDirectory) {
+  Error e = error_from([&] { read_safetensors(dir_ / "absent.safetensors"); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData);
+  EXPECT_NE(e.message().find("absent.safetensors: no such file"), std::string::npos) << e.message();
+  e = error_from([&] { read_safetensors_header(dir_); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData);
+  EXPECT_NE(e.message().find("is a directory"), std::string::npos) << e.message();
+}
+
+TEST_F(SafetensorsCorrupt, TruncatedAtEveryStage) {
+  for (std::size_t size : {0, 1, 7}) {
+    expect_refused(bytes_.substr(0, size),
+                   {fmt::format("{} bytes, shorter than the 8-byte header length at byte 0", size)});
+  }
+  for (std::uint64_t size : {std::uint64_t{8}, 8 + n_ / 2, data_ - 1}) {
+    expect_refused(bytes_.substr(0, size), {fmt::format("header runs from byte 8 to byte {}, past the end of the "
+                                                        "file ({} bytes)",
+                                                        data_, size)});
+  }
+  // The data section cut: data order is b [0, 16], a [16, 40], c [40, 43]; the first tensor past the cut is named.
+  const std::vector<std::tuple<std::uint64_t, std::string, std::uint64_t, std::uint64_t>> cuts = {
+      {data_, "b", 0, 16}, {data_ + 20, "a", 16, 40}, {data_ + 42, "c", 40, 43}};
+  for (const auto& [size, name, begin, end] : cuts) {
+    expect_refused(bytes_.substr(0, size),
+                   {fmt::format("tensor '{}' has data_offsets [{}, {}] (bytes {} to {} of the file)", name, begin, end,
+                                data_ + begin, data_ + end),
+                    fmt::format("outside the data section (bytes {} to {}, {} bytes)", data_, size, size - data_)});
+  }
+}
+
+TEST_F(SafetensorsCorrupt, BadHeaderLength) {
+  std::string b = bytes_;
+  b.replace(0, 8, le64(std::uint64_t{1} << 40));
+  expect_refused(b, {"the header length at byte 0 says 1099511627776 bytes, more than the format's limit"});
+  b.replace(0, 8, le64(100'000'001));
+  expect_refused(b, {"more than the format's limit of 100000000"});
+  b.replace(0, 8, le64(bytes_.size()));
+  expect_refused(b, {fmt::format("runs from byte 8 to byte {}, past the end", 8 + bytes_.size())});
+  b.replace(0, 8, le64(n_ + 8));  // the header swallows the first 8 data bytes
+  expect_refused(b, {fmt::format("(bytes 8 to {}) is not valid JSON, at byte", n_ + 16)});
+  b.replace(0, 8, le64(n_ - 20));  // the header loses its end
+  expect_refused(b, {"is not valid JSON, at byte"});
+}
+
+TEST_F(SafetensorsCorrupt, BadJson) {
+  expect_refused(assemble("{\"a\": ", ""), {"(bytes 8 to 14) is not valid JSON, at byte"});
+  expect_refused(assemble("", ""), {"not valid JSON"});
+  expect_refused(assemble("[1, 2]", ""),
+                 {"bad safetensors header (JSON at bytes 8 to 14)", "a JSON array, not an object"});
+  expect_refused(assemble("{\"\xff\": 1}", ""), {"not valid JSON"});  // not UTF-8
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}} x)", "z"), {"not valid JSON"});
+  expect_refused(assemble(R"({"a":3})", ""), {"tensor 'a' is described by a JSON number"});
+  expect_refused(assemble(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", "z"), {"tensor 'a' has no \"dtype\""});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","data_offsets":[0,1]}})", "z"), {"tensor 'a' has no \"shape\""});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[1]}})", "z"), {"tensor 'a' has no \"data_offsets\""});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", "z"),
+                 {"tensor 'a': the shape [-1] holds something other than sizes"});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", "z"),
+                 {"tensor 'a': the shape"});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", "z"),
+                 {"tensor 'a': data_offsets must be [begin, end], found [0]"});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", "z"),
+                 {"tensor 'a': data_offsets must be two non-negative integers, found -1"});
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,1]}})", "z"),
+                 {"tensor 'a': the shape [4294967296,4294967296] overflows"});
+}
+
+TEST_F(SafetensorsCorrupt, UnknownDtypeIsNamed) {
+  expect_refused(replaced("\"F32\"", "\"X32\""), {"tensor 'a' has dtype 'X32'", "bellows does not read",
+                                                  fmt::format("header at bytes 8 to {}", data_)});
+  expect_refused(replaced("\"I64\"", "\"U64\""), {"tensor 'b' has dtype 'U64'"});  // valid safetensors, not here
+  expect_refused(replaced("\"dtype\":\"U8\"", "\"dtype\":true"), {"tensor 'c': \"dtype\" is not a string"});
+}
+
+TEST_F(SafetensorsCorrupt, ShapeDisagreesWithOffsets) {
+  expect_refused(replaced("[2,3]", "[3,3]"),
+                 {"tensor 'a' is F32 [3, 3] = 36 bytes, but its data_offsets [16, 40]",
+                  fmt::format("(bytes {} to {} of the file) hold 24", data_ + 16, data_ + 40)});
+  expect_refused(replaced("\"F32\"", "\"F64\""), {"tensor 'a' is F64 [2, 3] = 48 bytes"});
+  expect_refused(replaced("[2,3]", "[2,0]"), {"tensor 'a' is F32 [2, 0] = 0 bytes"});
+}
+
+TEST_F(SafetensorsCorrupt, OffsetsOutsideGapsAndOverlaps) {
+  const std::string u8 = R"("dtype":"U8","shape":[2])";
+  // Past the data section.
+  expect_refused(
+      assemble(fmt::format(R"({{"a":{{{},"data_offsets":[0,2]}},"b":{{{},"data_offsets":[2,4]}}}})", u8, u8), "xyz"),
+      {"tensor 'b' has data_offsets [2, 4]", "outside the data section"});
+  // Far past it (no overflow in the arithmetic).
+  expect_refused(
+      assemble(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[18446744073709551615,18446744073709551615]}})", ""),
+      {"tensor 'a'", "outside the data section"});
+  // Begins after it ends.
+  expect_refused(assemble(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,0]}})", "xy"),
+                 {"tensor 'a' has data_offsets [2, 0] that end before they begin"});
+  // A gap between two tensors: data byte 2 of 5 belongs to none.
+  std::string header = fmt::format(R"({{"a":{{{},"data_offsets":[0,2]}},"b":{{{},"data_offsets":[3,5]}}}})", u8, u8);
+  std::uint64_t data = 8 + header.size();
+  expect_refused(
+      assemble(header, "abcde"),
+      {fmt::format("a gap in the data section: bytes {} to {} of the file belong to no tensor", data + 2, data + 3),
+       "tensor 'b'"});
+  // A gap at the start.
+  header = fmt::format(R"({{"a":{{{},"data_offsets":[1,3]}}}})", u8);
+  data = 8 + header.size();
+  expect_refused(assemble(header, "abc"),
+                 {fmt::format("bytes {} to {} of the file belong to no tensor", data, data + 1)});
+  // Overlap.
+  header = fmt::format(R"({{"a":{{{},"data_offsets":[0,2]}},"b":{{{},"data_offsets":[1,3]}}}})", u8, u8);
+  data = 8 + header.size();
+  expect_refused(assemble(header, "abc"), {"tensors 'a' and 'b' overlap: data_offsets [0, 2] and [1, 3]",
+                                           fmt::format("bytes {} to {} of the file are shared", data + 1, data + 2)});
+  // The same bytes twice.
+  header = fmt::format(R"({{"a":{{{},"data_offsets":[0,2]}},"b":{{{},"data_offsets":[0,2]}}}})", u8, u8);
+  expect_refused(assemble(header, "ab"), {"tensors 'a' and 'b' overlap"});
+  // Trailing bytes no tensor covers.
+  header = fmt::format(R"({{"a":{{{},"data_offsets":[0,2]}}}})", u8);
+  data = 8 + header.size();
+  expect_refused(assemble(header, "abcd"),
+                 {fmt::format("bytes {} to {} at the end of the file belong to no tensor", data + 2, data + 4)});
+  std::string b = bytes_ + "junk";
+  expect_refused(b,
+                 {fmt::format("bytes {} to {} at the end of the file belong to no tensor", bytes_.size(), b.size())});
+}
+
+TEST_F(SafetensorsCorrupt, DuplicateNamesAndBadMetadata) {
+  const std::string t = R"({"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  expect_refused(assemble(fmt::format(R"({{"a":{},"a":{}}})", t, t), "x"), {"the key 'a' appears twice"});
+  expect_refused(assemble(fmt::format(R"({{"__metadata__":{{"k":"1","k":"2"}},"a":{}}})", t), "x"),
+                 {"the key 'k' appears twice"});
+  expect_refused(assemble(fmt::format(R"({{"__metadata__":{{"k":1}},"a":{}}})", t), "x"),
+                 {"\"__metadata__\" must map strings to strings; the value of 'k' is a JSON number"});
+  expect_refused(assemble(fmt::format(R"({{"__metadata__":"pt","a":{}}})", t), "x"),
+                 {"\"__metadata__\" is a JSON string, not an object"});
+  expect_refused(assemble(fmt::format(R"({{"__metadata__":{{"k":{{"x":"y"}}}},"a":{}}})", t), "x"),
+                 {"the value of 'k' is a JSON object"});
+}
+
+}  // namespace
+}  // namespace bellows::ckpt

@@ -5,7 +5,10 @@
 #include <torch/utils.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "bellows/ckpt/checkpoint.h"
+#include "bellows/ckpt/inspect.h"
 #include "bellows/train/data_setup.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/registry.h"
@@ -106,6 +109,15 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(1e-6).max(1).default_value(node(0.5));
   s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
   add_data_keys(s);
+  // checkpoints
+  s.add("checkpoint.enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints").default_value(node(true));
+  s.add("checkpoint.every_n_steps", Type::kInt, "optimizer steps between checkpoints (0: not by steps)").min(0).default_value(node(0));
+  s.add("checkpoint.every_n_minutes", Type::kDouble, "minutes between checkpoints (0: not by time)").min(0).default_value(node(0.0));
+  s.add("checkpoint.keep_last", Type::kInt, "checkpoints kept (0: all)").min(0).default_value(node(3));
+  s.add("checkpoint.keep_best", Type::kBool, "also keep the one with the best monitored metric").default_value(node(true));
+  s.add("checkpoint.at_end", Type::kBool, "write one when the run finishes").default_value(node(true));
+  s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
+  s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
   models::find_model(model_name).add_keys(s);
@@ -115,7 +127,8 @@ config::Schema run_schema(const std::string& model_name) {
            {"--precision", "precision"}, {"--device", "device"}, {"--accumulation-steps", "train.accumulation_steps"},
            {"--clip-max-norm", "train.clip_max_norm"}, {"--seed", "seed"}, {"--output-dir", "output_dir"},
            {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"},
-           {"--workers", "data.workers"}, {"--prefetch", "data.prefetch"}, {"--data", "data.path"}}) {
+           {"--workers", "data.workers"}, {"--prefetch", "data.prefetch"}, {"--data", "data.path"},
+           {"--resume", "resume"}}) {
     s.alias(flag, key);
   }
   return s;
@@ -204,10 +217,12 @@ TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
 }
 
 // A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
+// A resumed run continues in <output_dir>/<name>.
 fs::path make_run_dir(const config::Config& c) {
   const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
   fs::path dir = base;
-  for (int i = 2; fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  const bool resuming = !config::get_string(c, "resume").empty();
+  for (int i = 2; !resuming && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
   std::error_code ec;
   fs::create_directories(dir, ec);
   BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
@@ -225,6 +240,10 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
     BELLOWS_CHECK_RESOURCE(out.good(), fmt::format("writing {} failed", tmp.string()), "check free disk space");
   }
   fs::rename(tmp, path);
+}
+
+void trainer_message(const RunOptions& options, const std::string& text) {
+  if (options.console) std::fprintf(options.console, "%s\n", text.c_str());
 }
 
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
@@ -267,18 +286,48 @@ RunResult run(const config::Config& c, const RunOptions& options) {
 
   // --- model, task, trainer ---
   models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c);
+  // --- run directory ---
+  const fs::path dir = make_run_dir(c);
   TrainerOptions trainer_opts = trainer_options(c, p);
   trainer_opts.stop_flag = options.stop_flag;
+  if (config::get_bool(c, "checkpoint.enabled")) {
+    auto& co = trainer_opts.checkpoint;
+    co.dir = dir / "checkpoints";
+    co.every_n_steps = config::get_int(c, "checkpoint.every_n_steps");
+    co.every_n_minutes = config::get_double(c, "checkpoint.every_n_minutes");
+    co.keep_last = config::get_int(c, "checkpoint.keep_last");
+    co.keep_best = config::get_bool(c, "checkpoint.keep_best");
+    co.at_end = config::get_bool(c, "checkpoint.at_end");
+  }
+  trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
 
-  // --- run directory and sinks ---
-  const fs::path dir = make_run_dir(c);
-  write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());
+  // --- sinks ---
+  write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
   write_file_atomically(dir / "plan.json", p.to_json());
   trainer.set_run_info(config::get_string(c, "name"), dir.string());
   trainer.set_header(header_rows(hw, p));
   if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
   trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+
+  // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
+  const std::string resume = config::get_string(c, "resume");
+  if (!resume.empty()) {
+    std::optional<fs::path> from;
+    if (resume == "auto") {
+      std::vector<std::string> skipped;
+      from = ckpt::find_latest_valid(dir / "checkpoints", &skipped);
+      for (const auto& s : skipped) trainer_message(options, fmt::format("warning: skipped checkpoint {}", s));
+      if (!from) trainer_message(options, fmt::format("resume auto: no valid checkpoint in {}; starting from the beginning", (dir / "checkpoints").string()));
+    } else {
+      from = ckpt::resolve_checkpoint(resume);
+    }
+    if (from) {
+      const ckpt::Checkpoint cp = ckpt::load_checkpoint(*from);
+      trainer.restore(cp, *loaders.train, config::get_bool(c, "checkpoint.strict"));
+      trainer_message(options, fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
+    }
+  }
 
   RunResult result;
   result.run_dir = dir;

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <chrono>
@@ -192,6 +193,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   if (options_.max_steps > 0) planned = std::min(planned, options_.max_steps);
 
   run_start_s_ = now_s();
+  last_checkpoint_s_ = run_start_s_;
   obs::RunStart start{run_name_, run_dir_, header_, options_.epochs, batches_per_epoch, planned};
   for (auto& sink : sinks_) sink->on_run_start(start);
 
@@ -272,6 +274,12 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (step_ >= planned) done = true;
       if (options_.stop_flag && options_.stop_flag->load()) {
         result.interrupted = done = true;
+        if (!options_.checkpoint.dir.empty() && options_.checkpoint.on_stop) result.checkpoint = save_checkpoint(train, "stop");
+      } else if (!options_.checkpoint.dir.empty() && outcome.stepped && !done) {
+        const auto& co = options_.checkpoint;
+        const bool by_steps = co.every_n_steps > 0 && step_ % co.every_n_steps == 0;
+        const bool by_time = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes;
+        if (by_steps || by_time) result.checkpoint = save_checkpoint(train, by_steps ? "every_n_steps" : "every_n_minutes");
       }
     }
     emit_step(window, epoch_, batches_in_epoch_, batches_per_epoch);
@@ -281,6 +289,8 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     batches_in_epoch_ = 0;
     ++result.epochs_completed;
   }
+
+  if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) result.checkpoint = save_checkpoint(train, "end");
 
   // --- summary ---
   result.steps = step_;
@@ -310,6 +320,7 @@ void Trainer::run_eval(data::BatchSource& val, FitResult& result, const std::str
   for (const auto& [name, value] : values) {
     if (name == monitor) {
       result.last_eval = value;
+      last_eval_ = value;
       schedule_->observe_metric(value);
     }
   }
@@ -337,6 +348,61 @@ void Trainer::load_state_dict(const StateDict& state) {
   epoch_ = get_int(state, "counters.epoch");
   batches_in_epoch_ = get_int(state, "counters.batches_in_epoch");
   samples_ = get_int(state, "counters.samples");
+}
+
+std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason) {
+  BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
+  const double start_s = now_s();
+  ckpt::Checkpoint c;
+  c.step = step_;
+  c.epoch = epoch_;
+  c.model = model_tensors(*model_);
+  c.state = state_dict();
+  merge_prefixed(c.state, "data", train.state_dict());
+  merge_prefixed(c.state, "rng", rng_state());
+  c.info = options_.checkpoint_info;
+  c.info["reason"] = reason;
+  c.info["precision"] = options_.precision;
+  if (last_eval_) c.info["monitor"] = {{"name", task_->monitor()}, {"value", *last_eval_}};
+  const std::filesystem::path path = ckpt::save_checkpoint(options_.checkpoint.dir, c);
+  last_checkpoint_s_ = now_s();
+  // The best checkpoint by the monitored metric survives pruning.
+  const bool lower = task_->lower_is_better();
+  if (last_eval_ && (!best_eval_ || (lower ? *last_eval_ < *best_eval_ : *last_eval_ > *best_eval_))) {
+    best_eval_ = last_eval_;
+    best_checkpoint_ = path;
+  }
+  std::vector<std::filesystem::path> keep;
+  if (options_.checkpoint.keep_best && !best_checkpoint_.empty()) keep.push_back(best_checkpoint_);
+  ckpt::prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last, keep);
+  // Written synchronously (host copy, files, fsyncs): the training thread waits this long.
+  message(fmt::format("checkpoint {} written ({}, step {}) in {:.0f} ms", path.string(), reason, step_, 1e3 * (now_s() - start_s)));
+  return path;
+}
+
+std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource& train, bool strict) {
+  std::vector<std::string> differences = load_model_tensors(*model_, c.model, strict);
+  if (!differences.empty()) {
+    // A partial load (strict: false, e.g. a wider head): the optimizer state and data position belong to
+    // another model, so training starts fresh from the loaded weights.
+    message(fmt::format("loaded the matching weights of the checkpoint; {} tensors differ: {}; optimizer, schedule and data "
+                        "position start fresh", differences.size(), fmt::join(differences, "; ")));
+    return differences;
+  }
+  StateDict state = c.state;
+  const std::string saved_precision = c.info.value("precision", options_.precision);
+  if (saved_precision != options_.precision) {
+    // Another precision policy: its loss-scaler state does not apply; this run's policy starts fresh.
+    message(fmt::format("warning: the checkpoint was written under precision {}, this run uses {}; the {} policy starts "
+                        "fresh (loss scale and counters), everything else resumes", saved_precision, options_.precision, options_.precision));
+    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("precision.", 0) == 0; });
+    merge_prefixed(state, "precision", precision_->state_dict());
+  }
+  load_state_dict(state);
+  train.load_state_dict(sub_dict(c.state, "data"));
+  load_rng_state(sub_dict(c.state, "rng"));
+  if (c.info.contains("monitor")) last_eval_ = best_eval_ = c.info["monitor"]["value"].get<double>();
+  return differences;
 }
 
 }  // namespace bellows::train

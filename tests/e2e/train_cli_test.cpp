@@ -117,7 +117,8 @@ TEST(TrainCli, UnusableDeviceIsAResourceError) {
 TEST(TrainCli, InterruptStopsAtAStepBoundary) {
   const fs::path out = scratch();
   // SIGINT after 3 s of a run that would take far longer.
-  const Result r = run("train --epochs 1000 --output-dir " + out.string() + " threads=1", "timeout -s INT --preserve-status 3");
+  const Result r = run("train --epochs 1000 --output-dir " + out.string() + " threads=1 checkpoint.enabled=false",
+                       "timeout -s INT --preserve-status 3");
   EXPECT_EQ(r.code, 130) << r.err << r.out;
   EXPECT_NE(r.err.find("interrupted at optimizer step"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("run interrupted"), std::string::npos) << r.out;
@@ -128,6 +129,29 @@ TEST(TrainCli, InterruptStopsAtAStepBoundary) {
   const auto j = nlohmann::json::parse(last);
   EXPECT_EQ(j["type"], "end");
   EXPECT_EQ(j["interrupted"], true);
+}
+
+TEST(TrainCli, InterruptWritesACheckpointExits5AndResumeAutoFinishes) {
+  const fs::path out = scratch();
+  // SIGINT after 3 s: the step finishes, a checkpoint is written, exit code 5.
+  const std::string args = "train --epochs 30 --output-dir " + out.string() + " threads=1 train.log_every_n_steps=50";
+  const Result r = run(args, "timeout -s INT --preserve-status 3");
+  ASSERT_EQ(r.code, 5) << r.err << r.out;
+  EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
+  const fs::path checkpoints = out / "demo" / "checkpoints";
+  ASSERT_TRUE(fs::exists(checkpoints));
+  const Result inspect = run("ckpt inspect " + checkpoints.string() + " --json");
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  const auto j = nlohmann::json::parse(inspect.out);
+  const std::int64_t stopped_at = j["manifest"]["step"].get<std::int64_t>();
+  EXPECT_GT(stopped_at, 0);
+  EXPECT_EQ(j["manifest"]["info"]["reason"], "stop");
+  // Resume in the same run directory and finish: 30 epochs of 231 batches.
+  const Result resumed = run(args + " --resume auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.err << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("optimizer steps   6930"), std::string::npos) << resumed.out;
+  EXPECT_FALSE(fs::exists(out / "demo-2"));
 }
 
 }  // namespace

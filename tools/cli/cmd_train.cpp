@@ -75,7 +75,7 @@ Action register_train(CLI::App& app) {
                "outputs in <output_dir>/<name>/");
   take_free_arguments(cmd);
   cmd->footer("Flags: --batch-size --epochs --lr --precision --device --accumulation-steps --clip-max-norm --seed "
-              "--output-dir --max-steps --name --threads --workers --prefetch --data; any key: key=value (optim.lr=3e-4).");
+              "--output-dir --max-steps --name --threads --workers --prefetch --data --resume; any key: key=value (optim.lr=3e-4).");
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_args(cmd->remaining());
@@ -86,8 +86,13 @@ Action register_train(CLI::App& app) {
     options.stop_flag = &g_stop;
     const train::RunResult result = train::run(config, options);
     if (result.fit.interrupted) {
+      if (!result.fit.checkpoint.empty()) {
+        std::cerr << "bellows: interrupted at optimizer step " << result.fit.steps << "; checkpoint written to "
+                  << result.fit.checkpoint.string() << "; continue with --resume auto\n";
+        return kExitInterrupted;
+      }
       std::cerr << "bellows: interrupted at optimizer step " << result.fit.steps << "; outputs so far are in "
-                << result.run_dir.string() << " (no checkpoint: checkpointing is not built yet)\n";
+                << result.run_dir.string() << " (no checkpoint: checkpoint.enabled is false)\n";
       return kExitSignal;
     }
     return kExitOk;

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "bellows/ckpt/checkpoint.h"         // defines: Checkpoint
 #include "bellows/data/source.h"            // defines: BatchSource
 #include "bellows/models/task.h"            // defines: Task
 #include "bellows/obs/sink.h"               // defines: Sink
 #include "bellows/precision/precision.h"    // defines: Precision, GradScalerOptions
+#include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
 #include "bellows/train/ema.h"              // defines: Ema, EmaOptions
 #include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
 #include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
@@ -41,6 +43,8 @@ struct TrainerOptions {
   bool channels_last = false;                  // 4-D parameters and inputs in NHWC memory format
   bool non_blocking = false;                   // host-to-device copies of batches (pinned memory)
   const std::atomic<bool>* stop_flag = nullptr;  // set (e.g. from a signal handler) to stop at a step boundary
+  CheckpointOptions checkpoint;                // dir empty: no checkpoints
+  nlohmann::json checkpoint_info = nlohmann::json::object();  // stored in each manifest (config, plan)
 };
 
 struct FitResult {
@@ -52,6 +56,7 @@ struct FitResult {
   double final_loss = 0;            // mean training loss over the last logging window
   std::optional<double> last_eval;  // the task's monitor metric at the last evaluation
   bool interrupted = false;
+  std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
 };
 
 class Trainer {
@@ -73,6 +78,13 @@ class Trainer {
 
   StateDict state_dict() const;  // optimizer, precision, schedule, EMA and counters (not the weights)
   void load_state_dict(const StateDict& state);
+
+  // A checkpoint of everything needed to continue exactly: weights, this state_dict, the data position of
+  // `train` and the RNG states, into options.checkpoint.dir (pruned to keep_last, plus the best).
+  std::filesystem::path save_checkpoint(data::BatchSource& train, const std::string& reason);
+  // The reverse, before fit(): weights (strict: all must match, else a kData error listing the differences),
+  // trainer state, the data position and the RNG states. Returns the differences when not strict.
+  std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource& train, bool strict = true);
 
  private:
   struct Window;  // meters over one logging window
@@ -99,6 +111,10 @@ class Trainer {
   double run_start_s_ = 0;
   obs::StepRecord last_record_;
   StateDict pending_schedule_state_;  // loaded before fit() builds the schedule
+  std::optional<double> last_eval_;   // the monitored metric at the last evaluation
+  std::optional<double> best_eval_;   // the best value of it among checkpoints written
+  std::filesystem::path best_checkpoint_;
+  double last_checkpoint_s_ = 0;
 };
 
 }  // namespace bellows::train

@@ -1,0 +1,38 @@
+// What a training checkpoint holds beyond the Trainer's own state_dict: the model's parameters and buffers
+// by name, and every RNG state (CPU and each CUDA device), so that a resumed run draws the same dropout
+// masks. The Trainer assembles checkpoints with these (Trainer::save_checkpoint / restore).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bellows/util/state_dict.h"  // defines: StateDict
+
+namespace bellows::train {
+
+struct CheckpointOptions {
+  std::filesystem::path dir;        // empty: no checkpoints
+  std::int64_t every_n_steps = 0;   // 0: not by steps
+  double every_n_minutes = 0;       // 0: not by time
+  std::int64_t keep_last = 3;       // 0: keep all
+  bool keep_best = true;            // also keep the checkpoint with the best monitored metric
+  bool at_end = true;               // when the run finishes
+  bool on_stop = true;              // when a stop is requested (SIGINT/SIGTERM): then exit code 5
+};
+
+// Parameters and buffers by their dotted names (as PyTorch's state_dict names them).
+std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model);
+
+// Copies `tensors` into the model's parameters and buffers (onto their device and dtype). strict: every
+// tensor of the model must be present with the same shape, and nothing extra, else one kData error listing
+// each difference. Not strict: loads what matches; returns the differences (empty when everything matched).
+std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std::map<std::string, at::Tensor>& tensors, bool strict);
+
+StateDict rng_state();                      // "cpu", "cuda.<i>": the default generators' states
+void load_rng_state(const StateDict& state);  // devices missing here or there are skipped
+
+}  // namespace bellows::train

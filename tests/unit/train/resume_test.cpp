@@ -1,0 +1,161 @@
+// Exact resume: a run stopped at a step (mid-epoch, workers and prefetch on, dropout drawing from the RNG,
+// EMA, a cosine schedule) and resumed from its checkpoint ends with bitwise the same parameters, optimizer
+// state and losses as the run that was never stopped.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/utils.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "bellows/ckpt/checkpoint.h"
+#include "bellows/data/loader.h"
+#include "bellows/data/synthetic.h"
+#include "bellows/data/tensor_dataset.h"
+#include "bellows/models/mlp.h"
+#include "bellows/models/tasks.h"
+#include "bellows/train/trainer.h"
+#include "bellows/util/error.h"
+
+namespace bellows::train {
+namespace {
+
+namespace fs = std::filesystem;
+using models::MlpImpl;
+using ::testing::HasSubstr;
+
+std::shared_ptr<MlpImpl> make_mlp(std::uint64_t seed, std::int64_t hidden = 16) {
+  torch::manual_seed(seed);
+  models::MlpOptions o;
+  o.in_features = 8;
+  o.hidden = {hidden, hidden};
+  o.out_features = 1;
+  o.dropout = 0.2;  // draws from the CPU generator every step
+  return std::make_shared<MlpImpl>(o);
+}
+
+std::shared_ptr<Task> task() {
+  return models::make_regression_task([](torch::nn::Module& m, const at::Tensor& x) { return static_cast<MlpImpl&>(m).forward(x); });
+}
+
+std::unique_ptr<data::Loader> loader() {
+  data::SyntheticOptions so;
+  so.samples = 330;
+  so.features = 8;
+  so.seed = 3;
+  auto ds = std::make_shared<data::TensorDataset>(data::make_synthetic(so));
+  data::LoaderOptions lo;
+  lo.batch_size = 16;  // 21 batches per epoch, the last one short
+  lo.workers = 2;
+  lo.prefetch = 3;
+  return std::make_unique<data::Loader>(ds, data::Sampler(ds->size(), data::SamplerOptions{.kind = "shuffle", .seed = 11}), lo);
+}
+
+TrainerOptions options(const fs::path& dir) {
+  TrainerOptions o;
+  o.epochs = 3;
+  o.optimizer.type = "adamw";
+  o.optimizer.lr = 0.01;
+  o.schedule.type = "cosine";
+  o.schedule.warmup_steps = 5;
+  o.schedule.total_steps = 63;  // fixed, so a run cut short by max_steps decays the same way
+  o.ema = EmaOptions{0.9, 1, 0};
+  o.log_every_n_steps = 1;
+  o.checkpoint.dir = dir;
+  o.checkpoint.keep_last = 2;
+  return o;
+}
+
+// Stops the run after `at` optimizer steps, like a SIGINT arriving during that step.
+class StopAt final : public obs::Sink {
+ public:
+  StopAt(std::int64_t at, std::atomic<bool>* flag) : at_(at), flag_(flag) {}
+  void on_step(const obs::StepRecord& r) override {
+    if (r.step == at_) flag_->store(true);
+  }
+  void on_run_end(const obs::RunEnd&) override {}
+
+ private:
+  std::int64_t at_;
+  std::atomic<bool>* flag_;
+};
+
+fs::path fresh(const std::string& tag) {
+  const fs::path d = fs::path(::testing::TempDir()) / fmt::format("bellows_resume_{}_{}", tag, ::getpid());
+  fs::remove_all(d);
+  return d;
+}
+
+TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
+  at::globalContext().setDeterministicAlgorithms(true, false);
+  // A: uninterrupted, 3 epochs = 63 steps.
+  auto model_a = make_mlp(1);
+  Trainer a(model_a, task(), options(fresh("a")));
+  auto data_a = loader();
+  const FitResult ra = a.fit(*data_a);
+  ASSERT_EQ(ra.steps, 63);
+
+  for (std::int64_t stop : {27, 21, 50}) {  // mid-epoch, exactly at an epoch end, in the last epoch
+    const fs::path dir = fresh(fmt::format("b{}", stop));
+    std::atomic<bool> flag{false};
+    TrainerOptions ob = options(dir);
+    ob.stop_flag = &flag;
+    // At an epoch's last step the step record is emitted after the stop check, so that case stops by
+    // max_steps (its end-of-run checkpoint) instead of the flag.
+    const bool epoch_end = stop % 21 == 0;
+    if (epoch_end) ob.max_steps = stop;
+    {
+      Trainer b(make_mlp(1), task(), ob);
+      if (!epoch_end) b.add_sink(std::make_shared<StopAt>(stop, &flag));
+      auto data_b = loader();
+      const FitResult rb = b.fit(*data_b);
+      ASSERT_EQ(rb.interrupted, !epoch_end);
+      ASSERT_EQ(rb.steps, stop);
+      ASSERT_EQ(rb.checkpoint.filename(), ckpt::checkpoint_name(stop));
+    }
+    torch::manual_seed(999);  // the resumed process starts from another RNG state and other weights
+    auto model_c = make_mlp(77);
+    Trainer c(model_c, task(), options(dir));
+    auto data_c = loader();
+    const auto latest = ckpt::find_latest_valid(dir);
+    ASSERT_TRUE(latest.has_value());
+    c.restore(ckpt::load_checkpoint(*latest), *data_c);
+    const FitResult rc = c.fit(*data_c);
+    EXPECT_EQ(rc.steps, 63) << "stopped at " << stop;
+    EXPECT_EQ(rc.final_loss, ra.final_loss) << "stopped at " << stop;
+    const auto pa = model_a->named_parameters(), pc = model_c->named_parameters();
+    for (const auto& p : pa) EXPECT_TRUE(p.value().equal(pc[p.key()])) << p.key() << " after a stop at " << stop;
+    const StateDict sa = a.state_dict(), sc = c.state_dict();
+    for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(sc.at(key))) << key << " after a stop at " << stop;
+  }
+  at::globalContext().setDeterministicAlgorithms(false, false);
+}
+
+TEST(Resume, ShapeMismatchListsTheTensors) {
+  const fs::path dir = fresh("shape");
+  TrainerOptions o = options(dir);
+  o.epochs = 1;
+  o.max_steps = 2;
+  Trainer a(make_mlp(1), task(), o);
+  auto d = loader();
+  a.fit(*d);
+  Trainer wider(make_mlp(1, 32), task(), o);
+  auto d2 = loader();
+  try {
+    wider.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d2);
+    ADD_FAILURE() << "a wider model accepted the checkpoint";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kData);
+    EXPECT_THAT(e.message(), HasSubstr("shape [16, 8] in the checkpoint, [32, 8] in the model"));
+  }
+  Trainer lenient(make_mlp(1, 32), task(), o);
+  auto d3 = loader();
+  const auto differences = lenient.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d3, /*strict=*/false);
+  EXPECT_FALSE(differences.empty());
+}
+
+}  // namespace
+}  // namespace bellows::train

@@ -2,6 +2,7 @@
 #include "bellows/train/run.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/utils.h>
 
 #include <fstream>
@@ -9,6 +10,8 @@
 
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
+#include "bellows/ckpt/safetensors.h"
+#include "bellows/train/checkpointing.h"
 #include "bellows/train/data_setup.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/registry.h"
@@ -117,6 +120,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("checkpoint.keep_best", Type::kBool, "also keep the one with the best monitored metric").default_value(node(true));
   s.add("checkpoint.at_end", Type::kBool, "write one when the run finishes").default_value(node(true));
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
+  s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)").default_value(node(""));
+  s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
   s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
@@ -286,6 +291,13 @@ RunResult run(const config::Config& c, const RunOptions& options) {
 
   // --- model, task, trainer ---
   models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c);
+  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+    // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
+    const auto differences = load_model_tensors(*built.module, ckpt::read_safetensors(init), config::get_bool(c, "init_weights_strict"));
+    trainer_message(options, fmt::format("loaded weights from {}{}", init,
+                                         differences.empty() ? std::string()
+                                                             : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; "))));
+  }
   // --- run directory ---
   const fs::path dir = make_run_dir(c);
   TrainerOptions trainer_opts = trainer_options(c, p);

@@ -154,4 +154,26 @@ TEST(TrainCli, InterruptWritesACheckpointExits5AndResumeAutoFinishes) {
   EXPECT_FALSE(fs::exists(out / "demo-2"));
 }
 
+TEST(TrainCli, InitWeightsAndAPrecisionSwitchOnResume) {
+  const fs::path out = scratch();
+  const std::string base = "train --output-dir " + out.string() + " threads=1 train.max_steps=30 train.log_every_n_steps=10";
+  ASSERT_EQ(run(base + " precision=fp32").code, 0);
+  const fs::path first = out / "demo" / "checkpoints" / "step-000000030";
+  ASSERT_TRUE(fs::exists(first));
+  // Exported weights initialise a new run by name; a wrong shape is listed.
+  ASSERT_EQ(run("ckpt export " + first.string() + " --to " + (out / "w.safetensors").string()).code, 0);
+  const Result init = run(base + " --name init init_weights=" + (out / "w.safetensors").string());
+  ASSERT_EQ(init.code, 0) << init.err;
+  EXPECT_NE(init.out.find("loaded weights from"), std::string::npos) << init.out;
+  const Result wrong = run(base + " --name wrong model.hidden=[32] init_weights=" + (out / "w.safetensors").string());
+  EXPECT_EQ(wrong.code, 3) << wrong.err;
+  EXPECT_NE(wrong.err.find("in the checkpoint, [32, 64] in the model"), std::string::npos) << wrong.err;
+  // Resuming an fp32 checkpoint under bf16-mixed continues with a warning.
+  const Result switched = run("train --output-dir " + out.string() + " threads=1 train.max_steps=40 train.log_every_n_steps=10"
+                              " precision=bf16-mixed --resume " + first.string());
+  ASSERT_EQ(switched.code, 0) << switched.err << switched.out;
+  EXPECT_NE(switched.out.find("written under precision fp32, this run uses bf16-mixed"), std::string::npos) << switched.out;
+  EXPECT_NE(switched.out.find("optimizer steps   40"), std::string::npos) << switched.out;
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <chrono>
+#include <future>
 #include <cmath>
 
 #include "bellows/train/freeze.h"
@@ -274,7 +275,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (step_ >= planned) done = true;
       if (options_.stop_flag && options_.stop_flag->load()) {
         result.interrupted = done = true;
-        if (!options_.checkpoint.dir.empty() && options_.checkpoint.on_stop) result.checkpoint = save_checkpoint(train, "stop");
+        if (!options_.checkpoint.dir.empty() && options_.checkpoint.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
       } else if (!options_.checkpoint.dir.empty() && outcome.stepped && !done) {
         const auto& co = options_.checkpoint;
         const bool by_steps = co.every_n_steps > 0 && step_ % co.every_n_steps == 0;
@@ -290,7 +291,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     ++result.epochs_completed;
   }
 
-  if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) result.checkpoint = save_checkpoint(train, "end");
+  if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) {
+    result.checkpoint = save_checkpoint(train, "end", /*wait=*/true);
+  }
+  finish_checkpoint_write();
 
   // --- summary ---
   result.steps = step_;
@@ -350,22 +354,33 @@ void Trainer::load_state_dict(const StateDict& state) {
   samples_ = get_int(state, "counters.samples");
 }
 
-std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason) {
+namespace {
+// A copy in host memory that nothing else writes to: the background writer reads it while training goes on.
+std::map<std::string, at::Tensor> host_copies(const std::map<std::string, at::Tensor>& tensors) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, t] : tensors) out.emplace(name, t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  return out;
+}
+}  // namespace
+
+std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
   BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
+  finish_checkpoint_write();  // one write at a time; a failed one raises here
   const double start_s = now_s();
+  // --- on the training thread: the host copy of everything (the only part the step waits for) ---
   ckpt::Checkpoint c;
   c.step = step_;
   c.epoch = epoch_;
-  c.model = model_tensors(*model_);
-  c.state = state_dict();
-  merge_prefixed(c.state, "data", train.state_dict());
-  merge_prefixed(c.state, "rng", rng_state());
+  c.model = host_copies(model_tensors(*model_));
+  StateDict state = state_dict();
+  merge_prefixed(state, "data", train.state_dict());
+  merge_prefixed(state, "rng", rng_state());
+  c.state = host_copies(state);
   c.info = options_.checkpoint_info;
   c.info["reason"] = reason;
   c.info["precision"] = options_.precision;
   if (last_eval_) c.info["monitor"] = {{"name", task_->monitor()}, {"value", *last_eval_}};
-  const std::filesystem::path path = ckpt::save_checkpoint(options_.checkpoint.dir, c);
-  last_checkpoint_s_ = now_s();
+  const std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
   // The best checkpoint by the monitored metric survives pruning.
   const bool lower = task_->lower_is_better();
   if (last_eval_ && (!best_eval_ || (lower ? *last_eval_ < *best_eval_ : *last_eval_ > *best_eval_))) {
@@ -374,10 +389,24 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const s
   }
   std::vector<std::filesystem::path> keep;
   if (options_.checkpoint.keep_best && !best_checkpoint_.empty()) keep.push_back(best_checkpoint_);
-  ckpt::prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last, keep);
-  // Written synchronously (host copy, files, fsyncs): the training thread waits this long.
-  message(fmt::format("checkpoint {} written ({}, step {}) in {:.0f} ms", path.string(), reason, step_, 1e3 * (now_s() - start_s)));
+  const double copy_ms = 1e3 * (now_s() - start_s);
+  // --- on a background thread: the files, fsyncs, rename, pruning ---
+  pending_write_ = std::async(std::launch::async, [c = std::move(c), dir = options_.checkpoint.dir, keep_last = options_.checkpoint.keep_last, keep] {
+    const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    ckpt::save_checkpoint(dir, c);
+    ckpt::prune_checkpoints(dir, keep_last, keep);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+  });
+  pending_note_ = fmt::format("checkpoint {} ({}, step {}): the step waited {:.1f} ms for the host copy", path.string(), reason, step_, copy_ms);
+  last_checkpoint_s_ = now_s();
+  if (wait) finish_checkpoint_write();
   return path;
+}
+
+void Trainer::finish_checkpoint_write() {
+  if (!pending_write_.valid()) return;
+  const double write_s = pending_write_.get();  // rethrows the writer's error (disk full, ...)
+  message(fmt::format("{}; written in the background in {:.1f} ms", pending_note_, 1e3 * write_s));
 }
 
 std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource& train, bool strict) {

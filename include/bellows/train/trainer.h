@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,8 +81,12 @@ class Trainer {
   void load_state_dict(const StateDict& state);
 
   // A checkpoint of everything needed to continue exactly: weights, this state_dict, the data position of
-  // `train` and the RNG states, into options.checkpoint.dir (pruned to keep_last, plus the best).
-  std::filesystem::path save_checkpoint(data::BatchSource& train, const std::string& reason);
+  // `train` and the RNG states, into options.checkpoint.dir (pruned to keep_last, plus the best). The
+  // training thread makes host copies; a background thread writes the files (one write at a time), unless
+  // `wait`. Returns the checkpoint's path.
+  std::filesystem::path save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait = false);
+  // Waits for a background checkpoint write; rethrows its error.
+  void finish_checkpoint_write();
   // The reverse, before fit(): weights (strict: all must match, else a kData error listing the differences),
   // trainer state, the data position and the RNG states. Returns the differences when not strict.
   std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource& train, bool strict = true);
@@ -115,6 +120,8 @@ class Trainer {
   std::optional<double> best_eval_;   // the best value of it among checkpoints written
   std::filesystem::path best_checkpoint_;
   double last_checkpoint_s_ = 0;
+  std::future<double> pending_write_;  // the background checkpoint write (its seconds)
+  std::string pending_note_;
 };
 
 }  // namespace bellows::train

@@ -66,6 +66,7 @@ TrainerOptions options(const fs::path& dir) {
   o.log_every_n_steps = 1;
   o.checkpoint.dir = dir;
   o.checkpoint.keep_last = 2;
+  o.checkpoint.every_n_steps = 10;  // written by the background writer while training goes on
   return o;
 }
 
@@ -118,7 +119,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
     }
     torch::manual_seed(999);  // the resumed process starts from another RNG state and other weights
     auto model_c = make_mlp(77);
-    Trainer c(model_c, task(), options(dir));
+    Trainer c(model_c, task(), options(fresh(fmt::format("c{}", stop))));  // its own checkpoints go elsewhere
     auto data_c = loader();
     const auto latest = ckpt::find_latest_valid(dir);
     ASSERT_TRUE(latest.has_value());
@@ -130,6 +131,14 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
     for (const auto& p : pa) EXPECT_TRUE(p.value().equal(pc[p.key()])) << p.key() << " after a stop at " << stop;
     const StateDict sa = a.state_dict(), sc = c.state_dict();
     for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(sc.at(key))) << key << " after a stop at " << stop;
+    if (stop == 50) {
+      // step 40 was written by the background writer (every_n_steps) while the run went on.
+      Trainer d(make_mlp(5), task(), options(fresh("d")));
+      auto data_d = loader();
+      d.restore(ckpt::load_checkpoint(dir / ckpt::checkpoint_name(40)), *data_d);
+      d.fit(*data_d);
+      for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(d.state_dict().at(key))) << key << " resumed from step 40";
+    }
   }
   at::globalContext().setDeterministicAlgorithms(false, false);
 }

@@ -22,6 +22,7 @@
 
 #include "bellows/data/tensor_dataset.h"  // defines: TensorDataset
 #include "bellows/util/check.h"
+#include "bellows/util/read_only_file.h"
 
 namespace bellows::data {
 namespace {
@@ -61,84 +62,14 @@ std::string hex_bytes(const std::uint8_t* p, std::size_t n) {
   return s;
 }
 
-// --- files: a descriptor with positional reads, and one shared read-only mapping of the whole file ---
+// --- files: bellows::ReadOnlyFile (positional reads, one shared read-only mapping) ---
 
-struct Mapping {
-  void* base = nullptr;
-  std::size_t length = 0;
-  ~Mapping() {
-    if (base) munmap(base, length);
-  }
-};
+using Mapping = FileMapping;
 
-class File {
+class File : public ReadOnlyFile {
  public:
-  explicit File(fs::path path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      const int e = errno;
-      BELLOWS_CHECK_DATA(e != ENOENT, fmt::format("{}: no such file", path_.string()),
-                         fmt::format("check the path (relative paths start at {})", fs::current_path().string()));
-      BELLOWS_FAIL(ErrorKind::kData, fmt::format("cannot open {}: {}", path_.string(), std::strerror(e)),
-                   "check the file's permissions");
-    }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || S_ISDIR(st.st_mode)) {
-      ::close(fd_);
-      BELLOWS_FAIL(ErrorKind::kData, fmt::format("{} is a directory, not a file", path_.string()),
-                   "name the .npy or .npz file");
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File() { ::close(fd_); }
-
-  const fs::path& path() const { return path_; }
-  std::uint64_t size() const { return size_; }
-
-  // Exactly n bytes at offset; callers have checked that they lie inside the file.
-  void read(std::uint64_t offset, void* dst, std::uint64_t n) const {
-    auto* out = static_cast<char*>(dst);
-    while (n > 0) {
-      const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, std::uint64_t{1} << 30));
-      const ssize_t got = ::pread(fd_, out, chunk, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      BELLOWS_CHECK_DATA(got > 0,
-                         fmt::format("{}: read failed at byte {}: {}", path_.string(), offset,
-                                     got < 0 ? std::strerror(errno) : "unexpected end of file"),
-                         "the file may have been truncated while it was being read");
-      out += got;
-      offset += static_cast<std::uint64_t>(got);
-      n -= static_cast<std::uint64_t>(got);
-    }
-  }
-  std::vector<std::uint8_t> read(std::uint64_t offset, std::uint64_t n) const {
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n));
-    read(offset, bytes.data(), n);
-    return bytes;
-  }
-
-  // The whole file, mapped once (PROT_READ, MAP_PRIVATE); tensors over it keep the mapping alive.
-  std::shared_ptr<const Mapping> map() const {
-    if (mapping_) return mapping_;
-    void* base = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
-    BELLOWS_CHECK_RESOURCE(
-        base != MAP_FAILED,
-        fmt::format("cannot memory-map {} ({} bytes): {}", path_.string(), size_, std::strerror(errno)),
-        "read it without mapping (data.npy.mmap: false), or raise the address-space limit");
-    auto m = std::make_shared<Mapping>();
-    m->base = base;
-    m->length = static_cast<std::size_t>(size_);
-    mapping_ = m;
-    return mapping_;
-  }
-
- private:
-  fs::path path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
-  mutable std::shared_ptr<const Mapping> mapping_;
+  explicit File(const fs::path& path) : ReadOnlyFile(path, "name the .npy or .npz file") {}
+  std::shared_ptr<const Mapping> map() const { return ReadOnlyFile::map("read it without mapping (data.npy.mmap: false), or raise the address-space limit"); }
 };
 
 // --- the NPY header: preamble, then a Python dict literal ---

@@ -4,7 +4,11 @@
 #include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "bellows/util/error.h"
@@ -27,6 +31,20 @@ inline std::vector<float> floats(const at::Tensor& t) {
   EXPECT_EQ(t.scalar_type(), at::kFloat);
   const at::Tensor c = t.contiguous();
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+// The file mapped at `p` in this process, from /proc/self/maps; empty when `p` is not in a file mapping.
+inline std::string mapped_file_at(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || addr < lo || addr >= hi) continue;
+    const auto slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
 }
 
 }  // namespace bellows::test_support

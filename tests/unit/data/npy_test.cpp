@@ -21,6 +21,7 @@
 namespace bellows::data {
 namespace {
 
+using test_support::mapped_file_at;
 using test_support::error_from;
 
 namespace fs = std::filesystem;
@@ -40,19 +41,6 @@ void spit(const fs::path& p, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// The file mapped at `p` in this process, from /proc/self/maps; empty when `p` is not in a file mapping.
-std::string mapped_file_at(const void* p) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  while (std::getline(maps, line)) {
-    std::uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || addr < lo || addr >= hi) continue;
-    const auto slash = line.find('/');
-    return slash == std::string::npos ? "" : line.substr(slash);
-  }
-  return "";
-}
 
 bool is_mapped(const fs::path& file) {
   std::ifstream maps("/proc/self/maps");

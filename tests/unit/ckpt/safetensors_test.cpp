@@ -19,12 +19,15 @@
 #include <sstream>
 
 #include "bellows/util/error.h"
+#include "file_bytes.h"
 #include "test_util.h"
 
 namespace bellows::ckpt {
 namespace {
 
 using test_support::mapped_file_at;
+using test_support::slurp;
+using test_support::spit;
 using test_support::error_from;
 
 namespace fs = std::filesystem;
@@ -33,17 +36,6 @@ const fs::path kGolden = fs::path(BELLOWS_TEST_DATA_DIR) / ".." / "golden";
 const fs::path kAllDtypes = kGolden / "safetensors" / "all_dtypes.safetensors";
 const fs::path kNoMetadata = kGolden / "safetensors" / "no_metadata.safetensors";
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string le64(std::uint64_t v) {
   std::string s;

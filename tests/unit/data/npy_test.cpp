@@ -16,12 +16,15 @@
 #include <sstream>
 
 #include "bellows/util/error.h"
+#include "file_bytes.h"
 #include "test_util.h"
 
 namespace bellows::data {
 namespace {
 
 using test_support::mapped_file_at;
+using test_support::slurp;
+using test_support::spit;
 using test_support::error_from;
 
 namespace fs = std::filesystem;
@@ -29,17 +32,6 @@ namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(BELLOWS_TEST_DATA_DIR) / "npy";
 
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 
 bool is_mapped(const fs::path& file) {

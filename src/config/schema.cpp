@@ -64,6 +64,8 @@ std::string type_problem(const std::string& key, const YAML::Node& node, Type ty
     }
     return fmt::format("'{}' expects {}, got {}", key, type_name(type), detail::describe(node));
   }
+  // A single string stands for a one-element list of strings (`train.freeze: "encoder.*"`, `checkpointing: auto`).
+  if (type == Type::kStringList && node.IsDefined() && node.IsScalar()) return {};
   if (!node.IsSequence()) return fmt::format("'{}' expects {}, got {}", key, type_name(type), detail::describe(node));
   std::size_t index = 0;
   for (const auto& element : node) {
@@ -108,7 +110,7 @@ std::vector<std::string> value_problems(const KeySpec& spec, const YAML::Node& n
     out.push_back(std::move(problem));
     return out;
   }
-  if (!is_list(spec.type)) {
+  if (!is_list(spec.type) || node.IsScalar()) {
     check_limits(spec, node, fmt::format("'{}'", spec.key), out);
     return out;
   }
@@ -322,7 +324,9 @@ std::string get_string(const Config& config, const std::string& key) {
 
 std::vector<std::string> get_string_list(const Config& config, const std::string& key) {
   std::vector<std::string> out;
-  for (const auto& element : typed_node(config, key, Type::kStringList)) out.push_back(element.Scalar());
+  const YAML::Node node = typed_node(config, key, Type::kStringList);
+  if (node.IsScalar()) return {node.Scalar()};
+  for (const auto& element : node) out.push_back(element.Scalar());
   return out;
 }
 

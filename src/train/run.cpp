@@ -14,7 +14,9 @@
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/data_setup.h"
 #include "bellows/hw/hardware_info.h"
+#include "bellows/models/activation_checkpoint.h"
 #include "bellows/models/registry.h"
+#include "bellows/obs/memory.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
 #include "bellows/plan/plan.h"
@@ -122,6 +124,17 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
   s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)").default_value(node(""));
   s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
+  // profiler trace
+  s.add("profile.enabled", Type::kBool, "write a Chrome trace of some training steps to <run dir>/trace.json").default_value(node(false));
+  s.add("profile.start_step", Type::kInt, "optimizer steps before the trace starts (skip warm-up)").min(0).default_value(node(5));
+  s.add("profile.steps", Type::kInt, "optimizer steps traced").min(1).default_value(node(3));
+  s.add("profile.record_shapes", Type::kBool, "record operator input shapes").default_value(node(true));
+  s.add("profile.memory", Type::kBool, "record tensor allocations").default_value(node(false));
+  s.add("checkpointing", Type::kStringList,
+        "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
+      .default_value(YAML::Load("[]"));
+  s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
+      .min(0).default_value(node(0.0));
   s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
@@ -165,6 +178,58 @@ void check_model_input(const config::Config& c, const data::Dataset& train) {
                        fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
                                    config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
                        "make the model's input width match the data");
+}
+
+// `checkpointing:` -- the named blocks, or with `auto` all blocks when one measured training step would use
+// more than 80% of the memory budget. Returns the plan row.
+plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
+                                   Trainer& trainer, const data::Dataset& train) {
+  std::vector<std::string> patterns = config::get_string_list(c, "checkpointing");
+  auto* blocks = dynamic_cast<models::Checkpointable*>(&model);
+  const bool is_auto = patterns.size() == 1 && patterns[0] == "auto";
+  BELLOWS_CHECK_CONFIG(is_auto || std::find(patterns.begin(), patterns.end(), "auto") == patterns.end(),
+                       fmt::format("checkpointing: 'auto' must stand alone, got [{}] ({})", fmt::join(patterns, ", "), c.origin("checkpointing").str()),
+                       "write checkpointing: auto, or a list of block name patterns");
+  if (!is_auto) {
+    const auto chosen = models::apply_checkpointing(model, patterns);
+    if (chosen.empty()) return {"checkpointing", "off", "default"};
+    return {"checkpointing", fmt::format("{} blocks", chosen.size()), fmt::format("requested: {}", fmt::join(chosen, ", "))};
+  }
+  if (blocks == nullptr || blocks->checkpoint_blocks().empty()) {
+    return {"checkpointing", "off", "auto: the model has no checkpointable blocks"};
+  }
+  std::int64_t budget = static_cast<std::int64_t>(config::get_double(c, "memory_budget_gib") * double(1LL << 30));
+  std::string budget_what = "the memory budget";
+  if (budget == 0) {
+    if (p.device.is_cuda()) {
+      for (const auto& g : hw.cuda.gpus) {
+        if (g.index == (p.device.has_index() ? p.device.index() : 0)) budget = g.free_memory_bytes;
+      }
+      budget_what = "free GPU memory";
+    } else {
+      budget = hw.memory.available_bytes;
+      budget_what = "available memory";
+    }
+  }
+  const std::int64_t batch_size = std::min<std::int64_t>(config::get_int(c, "data.batch_size"), train.size());
+  std::vector<std::int64_t> first(static_cast<std::size_t>(batch_size));
+  for (std::int64_t i = 0; i < batch_size; ++i) first[static_cast<std::size_t>(i)] = i;
+  data::FetchContext context;
+  data::Batch batch = train.get_batch(first, context);
+  train.finish_on_device(batch);
+  const auto plain = trainer.measure_step_memory(batch);
+  if (!plain) return {"checkpointing", "off", "auto: memory on this device is not counted"};
+  const auto gib = [](std::int64_t b) { return static_cast<double>(b) / double(1LL << 30); };
+  if (budget <= 0 || *plain <= budget * 8 / 10) {
+    return {"checkpointing", "off",
+            fmt::format("auto: a step peaks at {:.2f} GiB, within 80% of {} ({:.2f} GiB)", gib(*plain), budget_what, gib(budget))};
+  }
+  const auto all = blocks->checkpoint_blocks();
+  blocks->set_checkpointed(all);
+  const auto checkpointed = trainer.measure_step_memory(batch);
+  return {"checkpointing", fmt::format("{} blocks", all.size()),
+          fmt::format("auto: a step peaks at {:.2f} GiB, over 80% of {} ({:.2f} GiB); checkpointed: {:.2f} GiB", gib(*plain),
+                      budget_what, gib(budget), gib(checkpointed.value_or(0)))};
 }
 
 TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
@@ -282,6 +347,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   const plan::Plan p = plan::resolve(plan_request(c), hw);
   plan::apply(p);
+  obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
   torch::manual_seed(seed);
 
@@ -290,7 +356,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   check_model_input(c, *loaders.splits.train);
 
   // --- model, task, trainer ---
-  models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c);
+  models::BuiltModel built = models::find_model(config::get_string(c, "model.name")).build(c, models::ModelContext{loaders.splits.train});
   if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
     // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
     const auto differences = load_model_tensors(*built.module, ckpt::read_safetensors(init), config::get_bool(c, "init_weights_strict"));
@@ -311,14 +377,28 @@ RunResult run(const config::Config& c, const RunOptions& options) {
     co.keep_best = config::get_bool(c, "checkpoint.keep_best");
     co.at_end = config::get_bool(c, "checkpoint.at_end");
   }
+  if (config::get_bool(c, "profile.enabled")) {
+    auto& po = trainer_opts.profile;
+    po.enabled = true;
+    po.start_step = config::get_int(c, "profile.start_step");
+    po.steps = config::get_int(c, "profile.steps");
+    po.record_shapes = config::get_bool(c, "profile.record_shapes");
+    po.profile_memory = config::get_bool(c, "profile.memory");
+    po.path = dir / "trace.json";
+  }
   trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
+  const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);
 
   // --- sinks ---
   write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
-  write_file_atomically(dir / "plan.json", p.to_json());
+  plan::Plan recorded = p;  // the plan with the model-dependent rows
+  recorded.entries.push_back(checkpointing);
+  write_file_atomically(dir / "plan.json", recorded.to_json());
   trainer.set_run_info(config::get_string(c, "name"), dir.string());
-  trainer.set_header(header_rows(hw, p));
+  auto header = header_rows(hw, p);
+  header.emplace_back(checkpointing.key, fmt::format("{:<11} {}", checkpointing.value, checkpointing.reason));
+  trainer.set_header(std::move(header));
   if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
   trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
 

@@ -4,6 +4,7 @@
 #include "bellows/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -12,6 +13,8 @@
 #include <future>
 #include <cmath>
 
+#include "bellows/obs/memory.h"
+#include "bellows/train/checkpointing.h"
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
 
@@ -146,6 +149,11 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   for (const auto& [name, sum] : w.metric_sums) r.values.emplace_back(name, sum.item<double>() / n);
   r.values.emplace_back("grad_norm", w.grad_norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
+  // Memory monitoring (seed 003): the peak of tensor memory on the device over the window, when counted.
+  if (const obs::MemoryStats mem = obs::memory_stats(options_.device); mem.tracked) {
+    r.values.emplace_back("mem_peak_mb", static_cast<double>(mem.peak_bytes) / 1e6);
+    obs::reset_peak(options_.device);
+  }
   for (auto& sink : sinks_) sink->on_step(r);
   last_record_ = r;
   w.reset(t);  // keeps epoch_start_s
@@ -217,6 +225,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   const std::vector<at::Tensor> params = optimizer_->parameters();
   const std::string monitor = task_->monitor();
   Window window;
+  StepProfiler profiler(options_.profile);
   model_->train();
   bool done = step_ >= planned;
 
@@ -229,18 +238,27 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (micro == 0) break;
 
       // --- forward and backward over the micro-batches of one optimizer step ---
+      profiler.before_step(step_);
       for (std::int64_t i = 0; i < micro; ++i) {
-        auto batch = train.next();
+        std::optional<data::Batch> batch;
+        {
+          RECORD_USER_SCOPE("bellows::data");
+          batch = train.next();
+        }
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
         const data::Batch b = to_device(*batch, options_);
         StepOutput out;
         {
+          RECORD_USER_SCOPE("bellows::forward");
           auto autocast = precision_->autocast();
           out = task_->step(*model_, b);
         }
-        // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
-        // samples give the gradient of one batch of k*b samples.
-        precision_->scale_loss(out.loss / static_cast<double>(micro)).backward();
+        {
+          // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
+          // samples give the gradient of one batch of k*b samples.
+          RECORD_USER_SCOPE("bellows::backward");
+          precision_->scale_loss(out.loss / static_cast<double>(micro)).backward();
+        }
         window.add(out);
         window.samples += b.size;
         samples_ += b.size;
@@ -248,11 +266,16 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       }
 
       // --- unscale, clip, optimizer step (skipped on non-finite gradients), schedule, EMA ---
-      precision_->unscale(params);
-      const double grad_norm = clip_gradients(params);
-      optimizer_->set_lr(schedule_->lr(step_));  // a skipped step does not advance the schedule
-      const precision::StepOutcome outcome = precision_->step(params, [&] { optimizer_->step(); });
-      optimizer_->zero_grad();
+      double grad_norm = 0;
+      precision::StepOutcome outcome;
+      {
+        RECORD_USER_SCOPE("bellows::optimizer");
+        precision_->unscale(params);
+        grad_norm = clip_gradients(params);
+        optimizer_->set_lr(schedule_->lr(step_));  // a skipped step does not advance the schedule
+        outcome = precision_->step(params, [&] { optimizer_->step(); });
+        optimizer_->zero_grad();
+      }
       ++window.optimizer_calls;
       window.grad_norm_sum += std::isfinite(grad_norm) ? grad_norm : 0.0;
       if (outcome.stepped) {
@@ -263,6 +286,8 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         message(fmt::format("step {} skipped: non-finite gradients (grad norm {}); parameters and optimizer state unchanged",
                             step_ + 1, grad_norm));
       }
+
+      if (profiler.after_step(step_)) message(fmt::format("profile: trace of {} steps written to {}", options_.profile.steps, options_.profile.path.string()));
 
       // --- meters, logging, evaluation, stopping ---
       const bool last_in_epoch = train.remaining_in_epoch() == 0;
@@ -291,6 +316,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     ++result.epochs_completed;
   }
 
+  if (profiler.finish()) message(fmt::format("profile: the run ended while tracing; trace written to {}", options_.profile.path.string()));
   if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) {
     result.checkpoint = save_checkpoint(train, "end", /*wait=*/true);
   }
@@ -315,6 +341,46 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   if (result.last_eval) end.summary.emplace_back("last eval " + monitor, fmt::format("{:.6g}", *result.last_eval));
   for (auto& sink : sinks_) sink->on_run_end(end);
   return result;
+}
+
+std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batch) {
+  if (!obs::memory_stats(options_.device).tracked) return std::nullopt;
+  // Everything the probe changes is put back: RNG states (dropout draws), buffers (BatchNorm statistics)
+  // and gradients; the optimizer does not step.
+  const StateDict rng = rng_state();
+  std::vector<std::pair<at::Tensor, at::Tensor>> buffers;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& b : model_->buffers()) buffers.emplace_back(b, b.clone());
+  }
+  const bool was_training = model_->is_training();
+  model_->train();
+  std::int64_t peak = 0;
+  try {
+    const data::Batch b = to_device(batch, options_);
+    obs::reset_peak(options_.device);
+    const std::int64_t base = obs::memory_stats(options_.device).current_bytes;
+    StepOutput out;
+    {
+      auto autocast = precision_->autocast();
+      out = task_->step(*model_, b);
+    }
+    precision_->scale_loss(out.loss).backward();
+    peak = obs::memory_stats(options_.device).peak_bytes - base;
+  } catch (...) {
+    optimizer_->zero_grad();
+    load_rng_state(rng);
+    throw;
+  }
+  optimizer_->zero_grad();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [b, saved] : buffers) b.copy_(saved);
+  }
+  load_rng_state(rng);
+  model_->train(was_training);
+  obs::reset_peak(options_.device);
+  return peak;
 }
 
 void Trainer::run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor) {

@@ -1,11 +1,13 @@
 // `bellows train [CONFIG] [key=value | --flag value ...]`: trains from a config (or the embedded demo),
 // writing runs/<name>/. Ctrl-C (SIGINT) or SIGTERM stops at the next step boundary with a clean message.
+// A CONFIG with a top-level `pipeline:` list trains several runs in order (train/pipeline.h).
 // `bellows config show [CONFIG] [overrides]`: prints the resolved configuration.
 #include <fmt/format.h>
 
 #include <csignal>
 #include <iostream>
 
+#include "bellows/train/pipeline.h"
 #include "bellows/train/run.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -79,12 +81,20 @@ Action register_train(CLI::App& app) {
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_args(cmd->remaining());
-    const config::Config config = train::resolve_config(file, overrides);
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
     train::RunOptions options;
     options.stop_flag = &g_stop;
-    const train::RunResult result = train::run(config, options);
+    train::RunResult result;
+    if (file && train::is_pipeline_file(*file)) {  // several runs, one after another (train/pipeline.h)
+      train::pipeline_stages(*file);               // a malformed pipeline fails before signals are taken
+      std::signal(SIGINT, on_stop_signal);
+      std::signal(SIGTERM, on_stop_signal);
+      result = train::run_pipeline(*file, overrides, options).back().run;
+    } else {
+      const config::Config config = train::resolve_config(file, overrides);
+      std::signal(SIGINT, on_stop_signal);
+      std::signal(SIGTERM, on_stop_signal);
+      result = train::run(config, options);
+    }
     if (result.fit.interrupted) {
       if (!result.fit.checkpoint.empty()) {
         std::cerr << "bellows: interrupted at optimizer step " << result.fit.steps << "; checkpoint written to "

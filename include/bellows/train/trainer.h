@@ -20,6 +20,7 @@
 #include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
 #include "bellows/train/ema.h"              // defines: Ema, EmaOptions
 #include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
+#include "bellows/train/profile.h"          // defines: ProfileOptions
 #include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
 #include "bellows/util/state_dict.h"        // defines: StateDict
 
@@ -45,6 +46,7 @@ struct TrainerOptions {
   bool non_blocking = false;                   // host-to-device copies of batches (pinned memory)
   const std::atomic<bool>* stop_flag = nullptr;  // set (e.g. from a signal handler) to stop at a step boundary
   CheckpointOptions checkpoint;                // dir empty: no checkpoints
+  ProfileOptions profile;                      // a Chrome trace of chosen steps (off by default)
   nlohmann::json checkpoint_info = nlohmann::json::object();  // stored in each manifest (config, plan)
 };
 
@@ -76,6 +78,11 @@ class Trainer {
   precision::Precision& precision() { return *precision_; }
   Ema* ema() { return ema_.get(); }
   const std::vector<std::string>& frozen() const { return frozen_; }
+
+  // The peak tensor memory of one training step on `batch` (forward and backward, no optimizer step) above
+  // what was held before it, on the trainer's device; weights, buffers, gradients and RNG states are left as
+  // they were. std::nullopt when the device's memory is not counted (obs/memory.h).
+  std::optional<std::int64_t> measure_step_memory(const data::Batch& batch);
 
   StateDict state_dict() const;  // optimizer, precision, schedule, EMA and counters (not the weights)
   void load_state_dict(const StateDict& state);

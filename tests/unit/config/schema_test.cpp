@@ -60,7 +60,13 @@ TEST(SchemaValidate, WrongTypes) {
   EXPECT_EQ(problem("data:\n  shuffle: 1\n"), "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 1");
   EXPECT_EQ(problem("model:\n  name: [a]\n"), "run.yaml:2:3: 'model.name' expects a string, got a list");
   EXPECT_EQ(problem("optim:\n  lr: {a: 1}\n"), "run.yaml:2:3: 'optim.lr' expects a number, got a mapping");
-  EXPECT_EQ(problem("data:\n  tags: a\n"), "run.yaml:2:3: 'data.tags' expects a list of strings, got 'a'");
+  EXPECT_EQ(problem("data:\n  tags: {a: 1}\n"), "run.yaml:2:3: 'data.tags' expects a list of strings, got a mapping");
+  EXPECT_EQ(problem("data:\n  sizes: 3\n"), "run.yaml:2:3: 'data.sizes' expects a list of integers, got 3");
+  {  // a single string is a one-element list of strings
+    Config c = Config::parse("model:\n  name: mlp\ndata:\n  tags: a\n", "run.yaml");
+    test_schema().validate(c);
+    EXPECT_EQ(get_string_list(c, "data.tags"), (std::vector<std::string>{"a"}));
+  }
   EXPECT_EQ(problem("data:\n  sizes: [1, 2.5]\n"),
             "run.yaml:2:3: 'data.sizes' expects a list of integers, but element 1 is 2.5");
   EXPECT_EQ(problem("data:\n  tags: [a, [b]]\n"),

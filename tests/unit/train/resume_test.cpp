@@ -166,5 +166,86 @@ TEST(Resume, ShapeMismatchListsTheTensors) {
   EXPECT_FALSE(differences.empty());
 }
 
+// Device-agnostic reload, on the CPU twin (and on a GPU when the test machine has one): the checkpoint's
+// tensors are CPU tensors with the model's dtypes (float32 weights, int64 BatchNorm counters); restoring
+// copies them into the parameters and buffers where they live, in place, keeping their device and dtype.
+TEST(Resume, CheckpointTensorsAreCpuTensorsLoadedOntoTheModelsDevice) {
+  const auto make = [](std::uint64_t seed) {
+    torch::manual_seed(seed);
+    models::MlpOptions o;
+    o.in_features = 8;
+    o.hidden = {16};
+    o.norm = "batch";  // float32 running statistics and an int64 counter
+    return std::make_shared<MlpImpl>(o);
+  };
+  std::vector<c10::Device> devices = {c10::Device(c10::kCPU)};
+#ifdef BELLOWS_TEST_HAVE_CUDA
+  if (at::hasCUDA()) devices.emplace_back(c10::kCUDA, 0);
+#endif
+  const fs::path dir = fresh("device");
+  TrainerOptions o = options(dir);
+  o.epochs = 1;
+  o.max_steps = 4;
+  auto trained = make(1);
+  {
+    Trainer a(trained, task(), o);
+    auto d = loader();
+    a.fit(*d);
+  }
+  const ckpt::Checkpoint cp = ckpt::load_checkpoint(*ckpt::find_latest_valid(dir));
+  ASSERT_TRUE(cp.model.count("layers.1.num_batches_tracked"));
+  for (const auto& [name, t] : cp.model) {
+    EXPECT_TRUE(t.device().is_cpu()) << name;
+    EXPECT_EQ(t.scalar_type(), name.ends_with("num_batches_tracked") ? at::kLong : at::kFloat) << name;
+  }
+  EXPECT_EQ(cp.model.at("layers.1.num_batches_tracked").item<std::int64_t>(), 4);
+  for (const auto& device : devices) {
+    TrainerOptions od = options(fresh("device-" + device.str()));
+    od.device = device;
+    auto model = make(2);
+    Trainer t(model, task(), od);  // moves the model to `device`
+    std::map<std::string, const void*> storage;
+    for (const auto& p : model->named_parameters()) storage[p.key()] = p.value().data_ptr();
+    auto d = loader();
+    t.restore(cp, *d);
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_EQ(p.value().device(), device) << p.key();
+      EXPECT_EQ(p.value().data_ptr(), storage[p.key()]) << p.key() << ": loaded in place, the optimizer's references hold";
+      EXPECT_TRUE(p.value().cpu().equal(cp.model.at(p.key()))) << p.key();
+    }
+    for (const auto& b : model->named_buffers()) {
+      EXPECT_EQ(b.value().device(), device) << b.key();
+      EXPECT_EQ(b.value().scalar_type(), cp.model.at(b.key()).scalar_type()) << b.key();
+      EXPECT_TRUE(b.value().cpu().equal(cp.model.at(b.key()))) << b.key();
+    }
+  }
+}
+
+// checkpoint.every_n_minutes: a period shorter than a step writes after every step; an hour writes none
+// before the end. Each checkpoint names why it was written.
+TEST(Resume, EveryNMinutesWritesByTheClock) {
+  for (const double minutes : {1e-9, 60.0}) {
+    const fs::path dir = fresh(fmt::format("minutes{}", minutes > 1 ? 60 : 0));
+    TrainerOptions o = options(dir);
+    o.epochs = 1;
+    o.max_steps = 5;
+    o.checkpoint.every_n_steps = 0;
+    o.checkpoint.every_n_minutes = minutes;
+    o.checkpoint.keep_last = 0;  // keep all
+    Trainer t(make_mlp(1), task(), o);
+    auto d = loader();
+    t.fit(*d);
+    const auto all = ckpt::list_checkpoints(dir);
+    std::vector<std::string> reasons;
+    for (const auto& p : all) reasons.push_back(ckpt::read_manifest(p).info.value("reason", ""));
+    if (minutes < 1) {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"every_n_minutes", "every_n_minutes", "every_n_minutes", "every_n_minutes", "end"}));
+      EXPECT_EQ(all.front().filename(), ckpt::checkpoint_name(1));
+    } else {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"end"}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bellows::train

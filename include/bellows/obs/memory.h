@@ -1,0 +1,44 @@
+// Memory accounting for tensors (seed 003's memory monitoring, seed 004's memory tracker): bytes held by
+// tensors now and at the peak since the last reset, per device type.
+//  - CPU: LibTorch keeps no CPU statistics, so bellows installs a counting CPU allocator (install_cpu_tracking,
+//    once per process, before the tensors to be counted are made). It allocates with c10::alloc_cpu like the
+//    default one, with a 64-byte header holding the size; tensors made before it was installed are freed
+//    by their own allocator and not counted.
+//  - CUDA: the caching allocator's own statistics (allocated bytes, current and peak), per device.
+//   obs::install_cpu_tracking();
+//   obs::reset_peak(device);
+//   ... one training step ...
+//   obs::memory_stats(device).peak_bytes;
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace bellows::obs {
+
+struct MemoryStats {
+  bool tracked = false;         // false: no statistics for this device (CPU tracking not installed)
+  std::int64_t current_bytes = 0;
+  std::int64_t peak_bytes = 0;  // since the last reset_peak (or the start)
+  // A longer-lived peak that reset_peak does not clear: since the last reset_session_peak. The trainer resets
+  // peak_bytes every logging window; a pipeline reads a whole stage's peak from this one.
+  std::int64_t session_peak_bytes = 0;
+};
+
+// Installs the counting CPU allocator (idempotent, thread-safe). Returns false when LibTorch's CPU allocator
+// is not the one bellows expects to replace (then nothing is installed).
+bool install_cpu_tracking();
+bool cpu_tracking_installed();
+
+MemoryStats memory_stats(c10::Device device);
+// The peak becomes the current value.
+void reset_peak(c10::Device device);
+void reset_session_peak(c10::Device device);
+
+// Gives memory that freed tensors left cached back to the system: the CUDA caching allocator's unused blocks
+// (emptyCache), or on the CPU the C library's free heap pages (malloc_trim). Between the models of a
+// pipeline (seed 003: "clearing memory between models").
+void release_cached_memory(c10::Device device);
+
+}  // namespace bellows::obs

@@ -1,0 +1,31 @@
+// CUDA memory statistics from the caching allocator; see internal/cuda_memory.h.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "obs/internal/cuda_memory.h"
+
+namespace bellows::obs::internal {
+
+MemoryStats cuda_memory_stats(c10::Device device) {
+  MemoryStats s;
+  if (c10::cuda::device_count() == 0) return s;
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  const auto& allocated = stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  s.tracked = true;
+  s.current_bytes = allocated.current;
+  s.peak_bytes = allocated.peak;
+  return s;
+}
+
+void cuda_reset_peak(c10::Device device) {
+  if (c10::cuda::device_count() == 0) return;
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : c10::cuda::current_device());
+}
+
+void cuda_release_cached(c10::Device) {
+  if (c10::cuda::device_count() == 0) return;
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+}  // namespace bellows::obs::internal

@@ -1,0 +1,133 @@
+// Memory accounting; see memory.h. The counting CPU allocator is written here because LibTorch's CPU
+// allocator keeps no statistics (its profiler hook reports only to a thread-local profiler state).
+#include "bellows/obs/memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <cstring>
+#include <mutex>
+
+#include "obs/internal/cuda_memory.h"
+
+namespace bellows::obs {
+namespace {
+
+std::atomic<std::int64_t> g_current{0};
+std::atomic<std::int64_t> g_peak{0};
+std::atomic<std::int64_t> g_session_peak{0};
+// CUDA's allocator has one peak, which reset_peak clears: the session peak keeps the highest one seen.
+std::mutex g_cuda_mutex;
+std::map<int, std::int64_t> g_cuda_session_peak;
+
+void raise_to(std::atomic<std::int64_t>& peak, std::int64_t now) {
+  std::int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+// 64 bytes keep the data at c10's CPU alignment (64); the first 8 hold the size.
+constexpr std::size_t kHeader = 64;
+
+void count(std::int64_t delta) {
+  const std::int64_t now = g_current.fetch_add(delta, std::memory_order_relaxed) + delta;
+  if (delta > 0) {
+    raise_to(g_peak, now);
+    raise_to(g_session_peak, now);
+  }
+}
+
+void counted_free(void* data) {
+  if (data == nullptr) return;
+  char* base = static_cast<char*>(data) - kHeader;
+  std::int64_t size = 0;
+  std::memcpy(&size, base, sizeof size);
+  count(-size);
+  c10::free_cpu(base);
+}
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &counted_free, c10::Device(c10::kCPU)};
+    char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));  // throws c10::Error when out of memory
+    const auto size = static_cast<std::int64_t>(n);
+    std::memcpy(base, &size, sizeof size);
+    count(size);
+    void* data = base + kHeader;
+    return {data, data, &counted_free, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+CountingCpuAllocator g_allocator;
+std::atomic<bool> g_installed{false};
+
+}  // namespace
+
+bool install_cpu_tracking() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::SetCPUAllocator(&g_allocator, /*priority=*/1);  // above LibTorch's default (0)
+    g_installed = c10::GetCPUAllocator() == &g_allocator;
+  });
+  return g_installed;
+}
+
+bool cpu_tracking_installed() { return g_installed; }
+
+MemoryStats memory_stats(c10::Device device) {
+  MemoryStats s;
+  if (device.is_cpu()) {
+    if (!g_installed) return s;
+    s.tracked = true;
+    s.current_bytes = g_current.load();
+    s.peak_bytes = g_peak.load();
+    s.session_peak_bytes = g_session_peak.load();
+    return s;
+  }
+  if (device.is_cuda()) {
+    s = internal::cuda_memory_stats(device);
+    std::lock_guard<std::mutex> lock(g_cuda_mutex);
+    std::int64_t& session = g_cuda_session_peak[device.has_index() ? device.index() : 0];
+    session = std::max(session, s.peak_bytes);
+    s.session_peak_bytes = session;
+  }
+  return s;
+}
+
+void reset_peak(c10::Device device) {
+  if (device.is_cpu()) {
+    g_peak.store(g_current.load());
+  } else if (device.is_cuda()) {
+    memory_stats(device);  // carries the peak into the session peak
+    internal::cuda_reset_peak(device);
+  }
+}
+
+void reset_session_peak(c10::Device device) {
+  if (device.is_cpu()) {
+    g_session_peak.store(g_current.load());
+  } else if (device.is_cuda()) {
+    const MemoryStats now = internal::cuda_memory_stats(device);
+    std::lock_guard<std::mutex> lock(g_cuda_mutex);
+    g_cuda_session_peak[device.has_index() ? device.index() : 0] = now.current_bytes;
+  }
+}
+
+void release_cached_memory(c10::Device device) {
+  if (device.is_cuda()) {
+    internal::cuda_release_cached(device);
+  } else {
+    malloc_trim(0);
+  }
+}
+
+}  // namespace bellows::obs

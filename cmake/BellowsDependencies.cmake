@@ -19,6 +19,9 @@ find_package(JPEG REQUIRED)
 find_package(ZLIB REQUIRED)
 # Checkpoint checksums (ckpt/): SHA-256 from OpenSSL's libcrypto.
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# Subword tokenization of text data (data/tokenizer): Debian's libsentencepiece (and its trainer), private to bellows.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
 # LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
 # include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.

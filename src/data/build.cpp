@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "bellows/data/folds.h"
 #include "bellows/data/subset.h"
 #include "bellows/data/tensor_dataset.h"
 #include "bellows/util/check.h"
@@ -84,8 +85,29 @@ std::shared_ptr<const Dataset> open(const DataSpec& spec, const std::filesystem:
     o.root = path;
     return make_image_folder_dataset(o);
   }
+  if (spec.source == "text_pairs") {
+    TextPairsOptions o = spec.text;
+    o.path = path;
+    return std::make_shared<TextPairsDataset>(o);
+  }
   BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("data source '{}' is not known", spec.source),
-               "use synthetic, csv, npy, netcdf or image_folder");
+               "use synthetic, csv, npy, netcdf, image_folder or text_pairs");
+}
+
+// Cross-validation: fold spec.cv_fold of `all` validates, the other folds train.
+DataSplits fold_splits(const DataSpec& spec, std::shared_ptr<const Dataset> all, bool temporal) {
+  BELLOWS_CHECK_CONFIG(spec.val_path.empty(), "data.cv.folds is set together with data.val_path",
+                       "cross-validation holds out each fold of data.path in turn: drop data.val_path");
+  BELLOWS_CHECK_CONFIG(spec.cv_fold >= 0 && spec.cv_fold < spec.cv_folds,
+                       fmt::format("data.cv.fold is {}, outside [0, {}) for {} folds", spec.cv_fold, spec.cv_folds, spec.cv_folds),
+                       "folds are numbered from 0");
+  const auto folds = assign_folds(all->size(), spec.cv_folds, spec.seed, all->class_labels());
+  auto [train, val] = fold_split(folds, spec.cv_fold);
+  DataSplits out;
+  out.temporal = temporal;
+  out.train = std::make_shared<SubsetDataset>(all, std::move(train), fmt::format("train (fold {} of {} held out)", spec.cv_fold, spec.cv_folds));
+  out.val = std::make_shared<SubsetDataset>(all, std::move(val), fmt::format("validation (fold {} of {})", spec.cv_fold, spec.cv_folds));
+  return out;
 }
 
 }  // namespace
@@ -100,6 +122,7 @@ DataSplits build_datasets(const DataSpec& spec) {
     TensorDatasetOptions to;
     to.name = fmt::format("synthetic {} ({} samples, {} features)", o.kind, o.samples, o.features);
     auto all = std::make_shared<TensorDataset>(make_synthetic(o), to);
+    if (spec.cv_folds > 0) return fold_splits(spec, all, false);
     auto [train, val] = split_indices(all->size(), spec.val_fraction, "tail", spec.seed);
     out.train = std::make_shared<SubsetDataset>(all, std::move(train), "train");
     if (!val.empty()) out.val = std::make_shared<SubsetDataset>(all, std::move(val), "validation");
@@ -112,11 +135,18 @@ DataSplits build_datasets(const DataSpec& spec) {
                        "set data.window.length: 0, or read the series from CSV or NumPy files");
   out.temporal = spec.window.length > 0 || spec.source == "netcdf";
   std::shared_ptr<const Dataset> all = open(spec, spec.path);
+  if (spec.cv_folds > 0) return fold_splits(spec, all, out.temporal);
   if (!spec.val_path.empty()) {
     out.train = all;
     DataSpec val_spec = spec;
     // A validation folder numbers its classes as training does, even when it lacks one of them.
     if (const auto* images = dynamic_cast<const ImageFolderDataset*>(all.get())) val_spec.images.classes = images->classes();
+    // Validation text uses the training vocabulary and label order.
+    if (const auto* text = dynamic_cast<const TextPairsDataset*>(all.get())) {
+      val_spec.text.vocabulary = text->shared_tokenizer();
+      val_spec.text.tokenizer = text->tokenizer_path();
+      val_spec.text.labels = text->label_names();
+    }
     out.val = open(val_spec, spec.val_path);
     return out;
   }

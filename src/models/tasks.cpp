@@ -1,10 +1,30 @@
-// Regression and classification tasks; see tasks.h.
+// Regression and classification tasks (see tasks.h), and the default Task::predict (task.h).
 #include "bellows/models/tasks.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "bellows/util/check.h"
+
+namespace bellows {
+
+at::Tensor Task::predict(torch::nn::Module&, const data::Batch&, const PredictOptions&) {
+  BELLOWS_FAIL(ErrorKind::kUsage, "this model's task does not predict (its Task has no predict())",
+               "predict with a model whose task implements Task::predict: the built-in regression and classification "
+               "tasks and ddpm do; a C++ task overrides predict()");
+}
+
+}  // namespace bellows
 
 namespace bellows::models {
 namespace {
+
+// Deterministic tasks have one answer per input.
+void check_one_sample(const PredictOptions& options) {
+  BELLOWS_CHECK_USAGE(options.samples == 1, fmt::format("{} samples asked of a deterministic model", options.samples),
+                      "--samples applies to generative models (ddpm); leave it out");
+}
 
 class RegressionTask final : public Task {
  public:
@@ -17,6 +37,12 @@ class RegressionTask final : public Task {
     out.loss = diff.square().mean();
     out.metrics.emplace_back("mae", diff.detach().abs().mean());
     return out;
+  }
+  // The model's outputs.
+  at::Tensor predict(torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options) override {
+    check_one_sample(options);
+    torch::NoGradGuard no_grad;
+    return forward_(model, batch.at("x")).to(at::kFloat);
   }
 
  private:
@@ -33,6 +59,12 @@ class ClassificationTask final : public Task {
     out.loss = at::cross_entropy_loss(logits, target);
     out.metrics.emplace_back("accuracy", logits.detach().argmax(1).eq(target).to(at::kFloat).mean());
     return out;
+  }
+  // Class probabilities [B, classes] (softmax of the logits).
+  at::Tensor predict(torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options) override {
+    check_one_sample(options);
+    torch::NoGradGuard no_grad;
+    return forward_(model, batch.at("x")).to(at::kFloat).softmax(-1);
   }
   std::string monitor() const override { return "accuracy"; }
   bool lower_is_better() const override { return false; }

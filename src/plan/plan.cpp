@@ -77,6 +77,13 @@ void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan&
     if (!cuda && req.precision == "bf16-mixed" && !hw.cpu.isa.avx512_bf16 && !hw.cpu.isa.amx_bf16) {
       reason = "requested; this CPU has no native bf16 (AVX512_BF16/AMX), so bf16 is emulated and may be slower than fp32";
     }
+    if (!cuda && req.precision == "fp16-mixed") {
+      reason = hw.cpu.isa.avx512_fp16
+                   ? "requested; the CPU has AVX512_FP16, but LibTorch's CPU kernels mostly convert fp16 to fp32; bf16-mixed "
+                     "is the CPU's mixed precision"
+                   : "requested; this CPU has no fp16 arithmetic (AVX512_FP16): fp16 is converted around fp32 kernels and "
+                     "can be many times slower than fp32; use bf16-mixed or fp32 on the CPU";
+    }
     if (cuda) {
       const auto* gpu = gpu_at(hw, plan.device.index());
       if (gpu && req.precision == "bf16-mixed" && !gpu->bf16) reason = "requested; this GPU has no bf16 tensor cores (needs sm_80)";

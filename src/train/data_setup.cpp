@@ -14,8 +14,8 @@ void add_data_keys(config::Schema& s) {
   auto node = [](auto v) { return YAML::Node(v); };
   const YAML::Node empty = YAML::Load("[]");
   s.add("data.source", Type::kString, "where samples come from")
-      .choices({"synthetic", "csv", "npy", "netcdf", "image_folder"}).default_value(node("synthetic"));
-  s.add("data.path", Type::kString, "data file (csv, npy/npz, netcdf) or folder (image_folder)").default_value(node(""));
+      .choices({"synthetic", "csv", "npy", "netcdf", "image_folder", "text_pairs"}).default_value(node("synthetic"));
+  s.add("data.path", Type::kString, "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder)").default_value(node(""));
   s.add("data.val_path", Type::kString, "separate validation data in the same format (empty: split off val_fraction)").default_value(node(""));
   s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
   s.add("data.val_split", Type::kString, "how val_fraction is chosen (auto: tail for time series, random otherwise)")
@@ -72,6 +72,19 @@ void add_data_keys(config::Schema& s) {
   s.add("data.images.hflip", Type::kBool, "random horizontal flip in training").default_value(node(false));
   s.add("data.images.mean", Type::kDoubleList, "per-channel mean on [0, 1] values").default_value(YAML::Load("[0.485, 0.456, 0.406]"));
   s.add("data.images.std", Type::kDoubleList, "per-channel std on [0, 1] values").min(1e-12).default_value(YAML::Load("[0.229, 0.224, 0.225]"));
+  // text pairs (TSV) and their SentencePiece vocabulary
+  s.add("data.text.premise", Type::kString, "text_pairs: column of the first sentence").default_value(node("premise"));
+  s.add("data.text.hypothesis", Type::kString, "text_pairs: column of the second sentence").default_value(node("hypothesis"));
+  s.add("data.text.label", Type::kString, "text_pairs: label column").default_value(node("label"));
+  s.add("data.text.labels", Type::kStringList, "text_pairs: labels in class order (empty: the file's, sorted)").default_value(empty);
+  s.add("data.text.max_len", Type::kInt, "text_pairs: tokens per sample with [CLS] and [SEP]s (longest-first truncation)").min(3).default_value(node(128));
+  s.add("data.text.tokenizer", Type::kString, "text_pairs: SentencePiece .model file (empty: train one on data.path's text)").default_value(node(""));
+  s.add("data.text.tokenizer_cache", Type::kString, "text_pairs: where a trained vocabulary is cached (empty: beside the data)").default_value(node(""));
+  s.add("data.text.vocab_size", Type::kInt, "text_pairs: pieces of a trained vocabulary (at most)").min(8).default_value(node(8000));
+  s.add("data.text.model_type", Type::kString, "text_pairs: SentencePiece algorithm of a trained vocabulary").choices({"unigram", "bpe"}).default_value(node("unigram"));
+  // cross-validation (bellows cv sets these per fold)
+  s.add("data.cv.folds", Type::kInt, "cross-validation folds over data.path (0: off)").min(0).default_value(node(0));
+  s.add("data.cv.fold", Type::kInt, "the held-out fold, the validation split (0-based)").min(0).default_value(node(0));
   // sliding windows over csv/npy series
   s.add("data.window.length", Type::kInt, "time steps per input window (0: no windows)").min(0).default_value(node(0));
   s.add("data.window.stride", Type::kInt, "steps between window starts").min(1).default_value(node(1));
@@ -128,6 +141,19 @@ data::DataSpec data_spec(const config::Config& c) {
   d.window.stride = get_int(c, "data.window.stride");
   d.window.horizon = get_int(c, "data.window.horizon");
   d.window.target_columns = get_int_list(c, "data.window.target_columns");
+  d.text.premise_column = get_string(c, "data.text.premise");
+  d.text.hypothesis_column = get_string(c, "data.text.hypothesis");
+  d.text.label_column = get_string(c, "data.text.label");
+  d.text.labels = get_string_list(c, "data.text.labels");
+  d.text.max_len = get_int(c, "data.text.max_len");
+  d.text.tokenizer = get_string(c, "data.text.tokenizer");
+  d.text.tokenizer_cache = get_string(c, "data.text.tokenizer_cache");
+  d.text.train.vocab_size = get_int(c, "data.text.vocab_size");
+  d.text.train.model_type = get_string(c, "data.text.model_type");
+  d.cv_folds = get_int(c, "data.cv.folds");
+  d.cv_fold = get_int(c, "data.cv.fold");
+  BELLOWS_CHECK_CONFIG(d.cv_folds != 1, fmt::format("data.cv.folds is 1 ({})", c.origin("data.cv.folds").str()),
+                       "use 0 (no cross-validation) or 2 and more folds");
   return d;
 }
 

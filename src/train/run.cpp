@@ -20,6 +20,7 @@
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
 #include "bellows/plan/plan.h"
+#include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
 
 namespace bellows::train {
@@ -300,17 +301,6 @@ fs::path make_run_dir(const config::Config& c) {
   return dir;
 }
 
-// Written to a temporary name and renamed, so a reader never sees half a file.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    BELLOWS_CHECK_RESOURCE(out.good(), fmt::format("writing {} failed", tmp.string()), "check free disk space");
-  }
-  fs::rename(tmp, path);
-}
 
 void trainer_message(const RunOptions& options, const std::string& text) {
   if (options.console) std::fprintf(options.console, "%s\n", text.c_str());

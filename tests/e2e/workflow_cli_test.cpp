@@ -6,6 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+
+#include "bellows/data/npy.h"
 #include "run_cli.h"
 
 namespace {
@@ -89,6 +92,30 @@ TEST(WorkflowCli, CheckpointingKeyIsCheckedAndPlanned) {
   EXPECT_EQ(row["reason"], "auto: the model has no checkpointable blocks") << plan.dump();
   EXPECT_NE(autoplan.out.find("auto: the model has no checkpointable blocks"), std::string::npos) << autoplan.out;
 
+  // A Transformer over windows of a series: a budget smaller than one measured step turns every layer on;
+  // named patterns select layers by name.
+  bellows::data::write_npy(dir / "series.npy", at::randn({400, 4}));
+  const std::string seq = "name: seq\ndata: {source: npy, path: " + (dir / "series.npy").string() +
+                          ", batch_size: 16, window: {length: 16, horizon: 1}}\n"
+                          "model: {name: transformer, in_features: 4, d_model: 32, heads: 2, layers: 3, ff: 64, out_features: 4}\n"
+                          "checkpoint: {enabled: false}\n";
+  const fs::path seq_cfg = write(dir, "seq.yaml", seq);
+  const Result tight = run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
+                           " --max-steps 2 threads=1 checkpointing=auto memory_budget_gib=0.000001");
+  ASSERT_EQ(tight.code, 0) << tight.err;
+  EXPECT_NE(tight.out.find("checkpointing    3 blocks"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("over 80% of the memory budget"), std::string::npos) << tight.out;
+  const Result roomy = run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 threads=1 checkpointing=auto");
+  ASSERT_EQ(roomy.code, 0) << roomy.err;
+  EXPECT_NE(roomy.out.find("checkpointing    off"), std::string::npos) << roomy.out;
+  const Result some = run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
+                          " --max-steps 2 threads=1 checkpointing=[encoder.layers.1,encoder.layers.2]");
+  ASSERT_EQ(some.code, 0) << some.err;
+  EXPECT_NE(some.out.find("requested: encoder.layers.1, encoder.layers.2"), std::string::npos) << some.out;
+  const Result wrong = run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[layers.*]");
+  EXPECT_EQ(wrong.code, 2) << wrong.err;
+  EXPECT_NE(wrong.err.find("'layers.*' matches no block"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("encoder.layers.0"), std::string::npos) << wrong.err;
 }
 
 TEST(WorkflowCli, ProfileWritesAChromeTraceOfTheChosenSteps) {

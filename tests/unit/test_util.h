@@ -4,8 +4,12 @@
 #include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -46,5 +50,28 @@ inline std::string mapped_file_at(const void* p) {
   }
   return "";
 }
+
+// A folder under the system's temporary directory (bellows_<name>_<pid>_<n>), removed with everything in it
+// at the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name = "test") {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("bellows_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace bellows::test_support

@@ -18,5 +18,7 @@ Action register_train(CLI::App& app);
 Action register_config(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_ckpt(CLI::App& app);
+Action register_predict(CLI::App& app);
+Action register_cv(CLI::App& app);
 
 }  // namespace bellows::cli

@@ -13,12 +13,13 @@
 #include "bellows/data/netcdf.h"        // defines: NetcdfOptions
 #include "bellows/data/npy.h"           // defines: NpyReadOptions
 #include "bellows/data/synthetic.h"     // defines: SyntheticOptions
+#include "bellows/data/text_pairs.h"    // defines: TextPairsOptions
 #include "bellows/data/window.h"        // defines: WindowOptions
 
 namespace bellows::data {
 
 struct DataSpec {
-  std::string source = "synthetic";  // synthetic | csv | npy | netcdf | image_folder
+  std::string source = "synthetic";  // synthetic | csv | npy | netcdf | image_folder | text_pairs
   std::filesystem::path path;        // the file (csv, npy/npz, netcdf) or folder (image_folder)
   std::filesystem::path val_path;    // separate validation data in the same format; empty: split off val_fraction
   double val_fraction = 0.1;
@@ -33,6 +34,12 @@ struct DataSpec {
   NetcdfOptions netcdf;
   ImageFolderOptions images;
   WindowOptions window;              // length 0: samples are rows, no windows
+  TextPairsOptions text;             // path filled from `path`
+  // Cross-validation: with cv_folds >= 2, the samples of `path` are assigned to folds (assign_folds: stratified
+  // when the dataset knows its class labels, seeded by `seed`); fold cv_fold is the validation split and the
+  // others train. val_fraction is then unused and val_path must be empty.
+  std::int64_t cv_folds = 0;         // 0: no cross-validation
+  std::int64_t cv_fold = 0;
 };
 
 struct DataSplits {

@@ -1,5 +1,6 @@
 // Generic tasks over batches with tensors "x" (input) and "y" (target): regression (MSE; MAE metric) and
-// classification (cross-entropy; accuracy metric). The model must have a forward(Tensor) -> Tensor that
+// classification (cross-entropy; accuracy metric). predict() gives the outputs (regression) or the class
+// probabilities (classification), as float32 [B, outputs]. The model must have a forward(Tensor) -> Tensor that
 // the task reaches through a callable given at construction.
 #pragma once
 

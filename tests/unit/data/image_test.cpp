@@ -24,32 +24,12 @@ namespace bellows::data {
 namespace {
 
 using test_support::error_from;
+using test_support::TempDir;
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
 // --- helpers ---
-
-
-// A folder under the system's temporary directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("bellows_image_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const fs::path& path, const Bytes& bytes) {
   fs::create_directories(path.parent_path());
@@ -347,7 +327,7 @@ TEST(ImageCodec, DecodeImageGoesByMagicBytesNotNames) {
 // --- the dataset: listing ---
 
 TEST(ImageFolder, SubfolderLayoutNumbersSortedClassesAndSortsFiles) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   ImageFolderOptions o;
   o.root = dir.path();
@@ -370,7 +350,7 @@ TEST(ImageFolder, SubfolderLayoutNumbersSortedClassesAndSortsFiles) {
 }
 
 TEST(ImageFolder, CsvIndexGivesTheSameLabelsAsSubfolders) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   write_text(dir.path() / "index.csv",
              "path,label\r\ndog/x.jpg,dog\r\n\"cat/b.png\",cat\r\n\r\ncat/a.PNG , cat\r\ndog/sub/y.png,dog\r\n");
@@ -399,7 +379,7 @@ TEST(ImageFolder, CsvIndexGivesTheSameLabelsAsSubfolders) {
 }
 
 TEST(ImageFolder, ExplicitClassesFixTheNumberingAndRejectUnknownLabels) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   ImageFolderOptions o;
   o.root = dir.path();
@@ -421,7 +401,7 @@ TEST(ImageFolder, ExplicitClassesFixTheNumberingAndRejectUnknownLabels) {
 }
 
 TEST(ImageFolder, IndexErrorsNameTheIndexAndLine) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   ImageFolderOptions o;
   o.root = dir.path();
@@ -446,7 +426,7 @@ TEST(ImageFolder, IndexErrorsNameTheIndexAndLine) {
 }
 
 TEST(ImageFolder, MissingOrEmptyFoldersAreDataErrors) {
-  TempDir dir;
+  TempDir dir("image_test");
   ImageFolderOptions o;
   o.root = dir.path() / "nowhere";
   Error e = error_from([&] { make_image_folder_dataset(o); });
@@ -467,7 +447,7 @@ TEST(ImageFolder, MissingOrEmptyFoldersAreDataErrors) {
 }
 
 TEST(ImageFolder, BadOptionsAreConfigErrors) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   const auto kind_of = [&](const std::function<void(ImageFolderOptions&)>& edit) {
     ImageFolderOptions o;
@@ -487,7 +467,7 @@ TEST(ImageFolder, BadOptionsAreConfigErrors) {
 }
 
 TEST(ImageFolder, CorruptImagesAreDataErrorsNamingTheRelativePath) {
-  TempDir dir;
+  TempDir dir("image_test");
   const Bytes png = encode_png(pattern(32, 32, 3));
   const Bytes jpg = encode_jpeg(smooth(32, 32, 3), 90);
   Bytes flipped = png;
@@ -511,7 +491,7 @@ TEST(ImageFolder, CorruptImagesAreDataErrorsNamingTheRelativePath) {
 }
 
 TEST(ImageFolder, StageTimesArePositiveAfterAGet) {
-  TempDir dir;
+  TempDir dir("image_test");
   make_pets(dir.path());
   ImageFolderOptions o;
   o.root = dir.path();
@@ -528,7 +508,7 @@ TEST(ImageFolder, StageTimesArePositiveAfterAGet) {
 }
 
 TEST(ImageFolder, DifferentSizesInABatchAskForResizeOrCrop) {
-  TempDir dir;
+  TempDir dir("image_test");
   write_file(dir.path() / "a" / "small.png", encode_png(pattern(8, 8, 3)));
   write_file(dir.path() / "a" / "tall.png", encode_png(pattern(12, 8, 3)));
   ImageFolderOptions o;
@@ -556,7 +536,7 @@ TEST(ImageFolder, DifferentSizesInABatchAskForResizeOrCrop) {
 // --- the dataset: transforms ---
 
 TEST(ImageTransforms, CenterCropIsExact) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(9, 12, 3);
   ImageFolderOptions o;
   o.crop = {4, 6};
@@ -567,7 +547,7 @@ TEST(ImageTransforms, CenterCropIsExact) {
 }
 
 TEST(ImageTransforms, FlipIsDeterministicPerSeedAndMatchesAManualFlip) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(5, 7, 3);
   ImageFolderOptions o;
   o.hflip = true;
@@ -591,7 +571,7 @@ TEST(ImageTransforms, FlipIsDeterministicPerSeedAndMatchesAManualFlip) {
 }
 
 TEST(ImageTransforms, RandomCropIsDeterministicAndVaries) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(10, 12, 3);
   ImageFolderOptions o;
   o.crop = {4, 5};
@@ -614,7 +594,7 @@ TEST(ImageTransforms, RandomCropIsDeterministicAndVaries) {
 }
 
 TEST(ImageTransforms, EvalModeNeverFlipsAndCropsTheCenter) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(10, 12, 3);
   ImageFolderOptions o;
   o.crop = {4, 6};
@@ -625,7 +605,7 @@ TEST(ImageTransforms, EvalModeNeverFlipsAndCropsTheCenter) {
 }
 
 TEST(ImageTransforms, ResizeGivesTheRequestedSizeAndKeepsAConstantImageConstant) {
-  TempDir dir;
+  TempDir dir("image_test");
   write_file(dir.path() / "a" / "wide.png", encode_png(constant(40, 60, 3, 77)));
   write_file(dir.path() / "a" / "tall.png", encode_png(constant(60, 40, 3, 200)));
   ImageFolderOptions o;
@@ -648,7 +628,7 @@ TEST(ImageTransforms, ResizeGivesTheRequestedSizeAndKeepsAConstantImageConstant)
 }
 
 TEST(ImageTransforms, ResizeOfAJpegUsesDctScalingAndGivesTheResizedSize) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = smooth(96, 128, 3);
   write_file(dir.path() / "a" / "p.jpg", encode_jpeg(img, 95));
   ImageFolderOptions o;
@@ -663,7 +643,7 @@ TEST(ImageTransforms, ResizeOfAJpegUsesDctScalingAndGivesTheResizedSize) {
 }
 
 TEST(ImageTransforms, FinishOnDeviceNormalisesEachChannel) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(3, 4, 3);
   ImageFolderOptions o;
   const auto ds = single(dir, img, o);
@@ -687,7 +667,7 @@ TEST(ImageTransforms, FinishOnDeviceNormalisesEachChannel) {
 
 TEST(ImageTransforms, FinishOnDeviceWorksOnTheBatchsDevice) {
   if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device";
-  TempDir dir;
+  TempDir dir("image_test");
   const auto ds = single(dir, pattern(6, 5, 3));
   FetchContext ctx;
   const std::int64_t two[] = {0, 0};
@@ -704,7 +684,7 @@ TEST(ImageTransforms, FinishOnDeviceWorksOnTheBatchsDevice) {
 }
 
 TEST(ImageTransforms, GrayImagesWithOneMeanAndStd) {
-  TempDir dir;
+  TempDir dir("image_test");
   const at::Tensor img = pattern(4, 4, 1);
   const auto ds = single(dir, img);  // channels 1, mean 0.5, std 0.25
   FetchContext ctx;

@@ -75,6 +75,15 @@ TEST(Plan, ExplicitRequestsKeepTheirValueAndSaySo) {
   EXPECT_EQ(p.threads, 3);
 }
 
+TEST(Plan, Fp16OnTheCpuIsKeptWithAWarning) {
+  PlanRequest r;
+  r.precision = "fp16-mixed";
+  const Plan p = resolve(r, cpu_machine(true));
+  EXPECT_EQ(p.precision, "fp16-mixed");
+  EXPECT_NE(reason_of(p, "precision").find("no fp16 arithmetic (AVX512_FP16)"), std::string::npos) << reason_of(p, "precision");
+  EXPECT_EQ(reason_of(resolve(r, gpu_machine(8)), "precision"), "requested");
+}
+
 TEST(Plan, ImpossibleRequestsFail) {
   PlanRequest cuda;
   cuda.device = "cuda";

@@ -1,0 +1,367 @@
+// The regional weather graph network and its registration as model "gnn"; see gnn.h. The grid comes from the
+// NetCDF training data (or, without data, from model.lat/model.lon or the file at data.path), so the same
+// config rebuilds the same graph when a checkpoint is loaded.
+#include "bellows/models/gnn.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <span>
+#include <tuple>
+
+#include "bellows/data/netcdf.h"
+#include "bellows/data/subset.h"
+#include "bellows/models/registry.h"
+#include "bellows/models/tasks.h"
+#include "bellows/util/check.h"
+
+namespace bellows::models {
+namespace {
+
+constexpr std::int64_t kPositionFeatures = 3;  // RegionalGraph node features
+constexpr std::int64_t kEdgeFeatures = 4;      // EdgeSet features
+
+at::Tensor activate(const at::Tensor& x, const std::string& name) {
+  if (name == "silu") return at::silu(x);
+  if (name == "gelu") return at::gelu(x);
+  if (name == "relu") return at::relu(x);
+  return at::tanh(x);
+}
+
+}  // namespace
+
+at::Tensor scatter_sum(const at::Tensor& values, const at::Tensor& index, std::int64_t size) {
+  BELLOWS_CHECK(values.dim() >= 2 && index.dim() == 1 && index.size(0) == values.size(-2),
+                fmt::format("scatter_sum: values {} and index {} do not match ([..., E, F] and [E])", values.sizes(), index.sizes()),
+                "pass one index per edge");
+  std::vector<std::int64_t> shape = values.sizes().vec();
+  shape[shape.size() - 2] = size;
+  return at::zeros(shape, values.options()).index_add_(values.dim() - 2, index, values);
+}
+
+// --- GraphMlp ---
+
+GraphMlpImpl::GraphMlpImpl(std::int64_t in, std::int64_t hidden, std::int64_t out, std::int64_t hidden_layers,
+                           std::string activation, bool layer_norm)
+    : activation_(std::move(activation)) {
+  std::vector<std::int64_t> widths{in};
+  for (std::int64_t i = 0; i < hidden_layers; ++i) widths.push_back(hidden);
+  widths.push_back(out);
+  torch::nn::ModuleList layers;
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+    linears_.emplace_back(widths[i], widths[i + 1]);
+    layers->push_back(linears_.back());
+  }
+  register_module("layers", layers);
+  if (layer_norm) norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({out})));
+}
+
+at::Tensor GraphMlpImpl::forward(const at::Tensor& x) { return tail(linears_.front()->forward(x)); }
+
+at::Tensor GraphMlpImpl::tail(const at::Tensor& first_linear_output) {
+  at::Tensor h = first_linear_output;
+  for (std::size_t i = 0; i < linears_.size(); ++i) {
+    if (i > 0) h = linears_[i]->forward(h);
+    if (i + 1 < linears_.size()) h = activate(h, activation_);
+  }
+  return norm_ ? norm_->forward(h) : h;
+}
+
+// --- Interaction ---
+
+InteractionImpl::InteractionImpl(std::int64_t latent, std::int64_t hidden_layers, const std::string& activation, bool layer_norm) {
+  edge_mlp_ = register_module("edge_mlp", GraphMlp(3 * latent, latent, latent, hidden_layers, activation, layer_norm));
+  node_mlp_ = register_module("node_mlp", GraphMlp(2 * latent, latent, latent, hidden_layers, activation, layer_norm));
+}
+
+std::vector<at::Tensor> InteractionImpl::forward(const at::Tensor& senders, const at::Tensor& receivers, const at::Tensor& edges,
+                                                 const at::Tensor& sender_index, const at::Tensor& receiver_index) {
+  // The first Linear of edge_mlp on [e, h_s, h_r], as three products: the node terms are computed once per
+  // node and gathered, which is cheaper than gathering latents when edges outnumber nodes (they do here).
+  const auto& first = edge_mlp_->first();
+  const std::int64_t le = edges.size(-1), ls = senders.size(-1), lr = receivers.size(-1);
+  const at::Tensor& w = first->weight;
+  const at::Tensor h = at::linear(edges, w.narrow(1, 0, le), first->bias) +
+                       at::linear(senders, w.narrow(1, le, ls)).index_select(-2, sender_index) +
+                       at::linear(receivers, w.narrow(1, le + ls, lr)).index_select(-2, receiver_index);
+  const at::Tensor e = edges + edge_mlp_->tail(h);
+  const at::Tensor aggregated = scatter_sum(e, receiver_index, receivers.size(-2));
+  const at::Tensor r = receivers + node_mlp_->forward(at::cat({receivers, aggregated.to(receivers.scalar_type())}, -1));
+  return {r, e};
+}
+
+// --- Gnn ---
+
+GnnImpl::GnnImpl(const GnnOptions& options) : options_(options) {
+  const GnnOptions& o = options_;
+  BELLOWS_CHECK_CONFIG(o.in_channels > 0 && o.out_channels > 0,
+                       fmt::format("graph network in_channels={} out_channels={}, expected positive", o.in_channels, o.out_channels),
+                       "set model.in_channels and model.out_channels, or train from a NetCDF file that defines them");
+  BELLOWS_CHECK_CONFIG(o.latent_size > 0, fmt::format("model.latent_size {} is not positive", o.latent_size), "set model.latent_size (e.g. 128)");
+  BELLOWS_CHECK_CONFIG(o.num_gnn_layers >= 0 && o.mlp_layers >= 0,
+                       fmt::format("model.num_gnn_layers {} / model.mlp_layers {} negative", o.num_gnn_layers, o.mlp_layers),
+                       "use 0 or more layers");
+  BELLOWS_CHECK_CONFIG(o.activation == "silu" || o.activation == "gelu" || o.activation == "relu" || o.activation == "tanh",
+                       fmt::format("unknown activation '{}'", o.activation), "use one of: silu, gelu, relu, tanh");
+  BELLOWS_CHECK_CONFIG(o.residual_channels.empty() || static_cast<std::int64_t>(o.residual_channels.size()) == o.out_channels,
+                       fmt::format("{} residual channels for {} output channels", o.residual_channels.size(), o.out_channels),
+                       "give one input channel per output channel, or none to predict the full state");
+  for (const std::int64_t c : o.residual_channels) {
+    BELLOWS_CHECK_CONFIG(c >= 0 && c < o.in_channels, fmt::format("residual channel {} outside [0, {})", c, o.in_channels),
+                         "residual channels index the input channels");
+  }
+  graph_ = build_regional_graph(o.lat, o.lon, o.mesh);
+
+  const std::int64_t l = o.latent_size, k = o.mlp_layers;
+  const auto mlp = [&](std::int64_t in, std::int64_t out, bool norm) { return GraphMlp(in, l, out, k, o.activation, norm); };
+  // --- encoder: embeddings, grid -> mesh ---
+  grid_embed_ = register_module("grid_embed", mlp(o.in_channels + kPositionFeatures, l, o.layer_norm));
+  mesh_embed_ = register_module("mesh_embed", mlp(kPositionFeatures, l, o.layer_norm));
+  g2m_edge_embed_ = register_module("g2m_edge_embed", mlp(kEdgeFeatures, l, o.layer_norm));
+  mesh_edge_embed_ = register_module("mesh_edge_embed", mlp(kEdgeFeatures, l, o.layer_norm));
+  m2g_edge_embed_ = register_module("m2g_edge_embed", mlp(kEdgeFeatures, l, o.layer_norm));
+  encoder_ = register_module("encoder", Interaction(l, k, o.activation, o.layer_norm));
+  grid_update_ = register_module("grid_update", mlp(l, l, o.layer_norm));
+  // --- processor on the mesh ---
+  torch::nn::ModuleList processor;
+  for (std::int64_t i = 0; i < o.num_gnn_layers; ++i) processor->push_back(Interaction(l, k, o.activation, o.layer_norm));
+  processor_ = register_module("processor", processor);
+  // --- decoder: mesh -> grid, output ---
+  decoder_ = register_module("decoder", Interaction(l, k, o.activation, o.layer_norm));
+  output_ = register_module("output", mlp(l, o.out_channels, false));
+}
+
+std::vector<std::string> GnnImpl::checkpoint_blocks() const {
+  std::vector<std::string> names;
+  for (std::int64_t i = 0; i < options_.num_gnn_layers; ++i) names.push_back(fmt::format("processor.{}", i));
+  return names;
+}
+
+const GnnImpl::DeviceGraph& GnnImpl::on(const at::Tensor& x) {
+  if (cache_.grid_features.defined() && cache_.key.device() == x.device() && cache_.key.dtype() == x.dtype()) return cache_;
+  const at::TensorOptions f = x.options(), i = x.options().dtype(at::kLong);
+  DeviceGraph d;
+  d.key = f;
+  d.grid_features = graph_.grid_features.to(f);
+  d.mesh_features = graph_.mesh_features.to(f);
+  d.g2m_send = graph_.grid_to_mesh.senders.to(i);
+  d.g2m_recv = graph_.grid_to_mesh.receivers.to(i);
+  d.g2m_features = graph_.grid_to_mesh.features.to(f);
+  d.mesh_send = graph_.mesh.senders.to(i);
+  d.mesh_recv = graph_.mesh.receivers.to(i);
+  d.mesh_edge_features = graph_.mesh.features.to(f);
+  d.m2g_send = graph_.mesh_to_grid.senders.to(i);
+  d.m2g_recv = graph_.mesh_to_grid.receivers.to(i);
+  d.m2g_features = graph_.mesh_to_grid.features.to(f);
+  if (!options_.residual_channels.empty()) d.residual_index = at::tensor(options_.residual_channels, at::kLong).to(i);
+  cache_ = std::move(d);
+  return cache_;
+}
+
+at::Tensor GnnImpl::forward(const at::Tensor& x) {
+  const GnnOptions& o = options_;
+  BELLOWS_CHECK_DATA(x.dim() == 4 && x.size(1) == o.in_channels && x.size(2) == graph_.n_lat && x.size(3) == graph_.n_lon,
+                     fmt::format("graph network input has shape {}, expected [batch, {}, {}, {}] (channels, lat, lon)", x.sizes(),
+                                 o.in_channels, graph_.n_lat, graph_.n_lon),
+                     "train on the NetCDF grid the model was built for, with the same variables");
+  const DeviceGraph& g = on(x);
+  const std::int64_t b = x.size(0), n = graph_.grid_nodes(), m = graph_.mesh_nodes(), l = o.latent_size;
+
+  // --- encode: embed nodes and edges, pass grid -> mesh ---
+  const at::Tensor nodes = x.permute({0, 2, 3, 1}).reshape({b, n, o.in_channels});
+  at::Tensor grid = grid_embed_->forward(at::cat({nodes, g.grid_features.unsqueeze(0).expand({b, n, kPositionFeatures})}, -1));
+  at::Tensor mesh = mesh_embed_->forward(g.mesh_features).unsqueeze(0).expand({b, m, l});
+  mesh = encoder_->forward(grid, mesh, g2m_edge_embed_->forward(g.g2m_features).unsqueeze(0), g.g2m_send, g.g2m_recv)[0];
+  grid = grid + grid_update_->forward(grid);
+
+  // --- process: message passing on the mesh, each layer a checkpointable block ---
+  at::Tensor edges = mesh_edge_embed_->forward(g.mesh_edge_features).unsqueeze(0);
+  for (std::int64_t i = 0; i < o.num_gnn_layers; ++i) {
+    auto layer = processor_->ptr<InteractionImpl>(static_cast<std::size_t>(i));
+    // Captured by value: a checkpointed block runs again in backward, after this frame has returned.
+    BlockFunction fn = [layer, send = g.mesh_send, recv = g.mesh_recv](const std::vector<at::Tensor>& in) {
+      return layer->forward(in[0], in[0], in[1], send, recv);
+    };
+    const auto out = run_block(fmt::format("processor.{}", i), *layer, fn, {mesh, edges});
+    mesh = out[0];
+    edges = out[1];
+  }
+
+  // --- decode: pass mesh -> grid, predict the targets ---
+  grid = decoder_->forward(mesh, grid, m2g_edge_embed_->forward(g.m2g_features).unsqueeze(0), g.m2g_send, g.m2g_recv)[0];
+  at::Tensor y = output_->forward(grid).reshape({b, graph_.n_lat, graph_.n_lon, o.out_channels}).permute({0, 3, 1, 2});
+  if (g.residual_index.defined()) y = y + x.index_select(1, g.residual_index);
+  return y;
+}
+
+// --- registration: model "gnn" ---
+namespace {
+
+// The NetCDF dataset behind the training data (through a train/validation subset), if it is one.
+const data::NetcdfDataset* netcdf_of(const data::Dataset* d) {
+  while (d != nullptr) {
+    if (const auto* nc = dynamic_cast<const data::NetcdfDataset*>(d)) return nc;
+    const auto* subset = dynamic_cast<const data::SubsetDataset*>(d);
+    d = subset ? &subset->base() : nullptr;
+  }
+  return nullptr;
+}
+
+// Without training data (a model rebuilt from a checkpoint's config): the coordinates and channels of the
+// file at data.path, read from its header only (no statistics, no values).
+std::shared_ptr<data::NetcdfDataset> open_data_path(const config::Config& c) {
+  if (!c.has("data.path") || !c.has("data.source") || config::get_string(c, "data.source") != "netcdf") return nullptr;
+  data::NetcdfOptions o;
+  o.path = config::get_string(c, "data.path");
+  if (o.path.empty()) return nullptr;
+  const auto string_key = [&](const std::string& key, std::string& out) {
+    if (c.has(key)) out = config::get_string(c, key);
+  };
+  if (c.has("data.netcdf.variables")) o.variables = config::get_string_list(c, "data.netcdf.variables");
+  if (c.has("data.netcdf.targets")) o.targets = config::get_string_list(c, "data.netcdf.targets");
+  string_key("data.netcdf.time_dim", o.time_dim);
+  string_key("data.netcdf.lat_dim", o.lat_dim);
+  string_key("data.netcdf.lon_dim", o.lon_dim);
+  string_key("data.netcdf.level_dim", o.level_dim);
+  o.horizon = 0;  // any file with a time step has a sample; the horizon does not change the grid
+  o.normalize = false;
+  o.memory_limit_bytes = 0;  // read per sample: opening reads the header and coordinates only
+  return data::make_netcdf_dataset(o);
+}
+
+bool same_coordinates(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::abs(a[i] - b[i]) > 1e-6 * std::max(1.0, std::abs(a[i]))) return false;
+  }
+  return true;
+}
+
+GnnOptions options_from(const config::Config& c, const ModelContext& context) {
+  GnnOptions o;
+  o.latent_size = config::get_int(c, "model.latent_size");
+  o.num_gnn_layers = config::get_int(c, "model.num_gnn_layers");
+  o.mlp_layers = config::get_int(c, "model.mlp_layers");
+  o.activation = config::get_string(c, "model.activation");
+  o.layer_norm = config::get_bool(c, "model.layer_norm");
+  o.mesh.stride = config::get_int(c, "model.mesh_stride");
+  o.mesh.levels = config::get_int(c, "model.mesh_levels");
+  o.mesh.g2m_radius = config::get_double(c, "model.g2m_radius");
+
+  // --- the grid: model.lat/lon, else the NetCDF training data, else the file at data.path ---
+  std::shared_ptr<data::NetcdfDataset> opened;
+  const data::NetcdfDataset* nc = netcdf_of(context.train.get());
+  if (!nc && !context.train) nc = (opened = open_data_path(c)).get();
+  const std::string source = nc ? nc->name() : context.train ? context.train->name() : std::string("no data");
+  o.lat = config::get_double_list(c, "model.lat");
+  o.lon = config::get_double_list(c, "model.lon");
+  for (const auto& [key, dim, given, from_data] :
+       {std::tuple{"model.lat", "lat", &o.lat, nc ? &nc->lat() : nullptr}, std::tuple{"model.lon", "lon", &o.lon, nc ? &nc->lon() : nullptr}}) {
+    if (given->empty()) {
+      BELLOWS_CHECK_CONFIG(from_data != nullptr,
+                           fmt::format("model gnn: {} is empty and the grid cannot come from the data ({})", key, source),
+                           "train from a NetCDF file (data.source: netcdf, data.path) or set model.lat and model.lon in degrees");
+      BELLOWS_CHECK_DATA(!from_data->empty(),
+                         fmt::format("model gnn: {} has no coordinate variable for its {} dimension", nc->name(), dim),
+                         fmt::format("add the coordinate variable to the file, or set {} in degrees", key));
+      *given = *from_data;
+    } else if (from_data != nullptr) {
+      BELLOWS_CHECK_CONFIG(same_coordinates(*given, *from_data),
+                           fmt::format("model gnn: {} ({} values) differs from the data's coordinates ({} values, {})", key,
+                                       given->size(), from_data->size(), nc->name()),
+                           fmt::format("remove {} to take the grid from the data", key));
+    }
+  }
+
+  // --- channels: from the data when it names them; model.in/out_channels otherwise (or as a check) ---
+  const std::int64_t in_key = config::get_int(c, "model.in_channels"), out_key = config::get_int(c, "model.out_channels");
+  std::vector<std::string> in_names, out_names;
+  o.in_channels = in_key;
+  o.out_channels = out_key;
+  if (nc) {
+    in_names = nc->input_channels();
+    out_names = nc->target_channels();
+  } else if (context.train) {
+    data::FetchContext fetch;
+    const std::int64_t first = 0;
+    const data::Batch one = context.train->get_batch(std::span<const std::int64_t>(&first, 1), fetch);
+    BELLOWS_CHECK_CONFIG(one.at("x").dim() == 4 && (!one.tensors.count("y") || one.at("y").dim() == 4),
+                         fmt::format("model gnn reads samples x [C, lat, lon], but {} gives x of shape {}", source,
+                                     one.at("x").sizes().slice(1)),
+                         "train from a NetCDF file (data.source: netcdf) or arrays shaped [samples, channels, lat, lon]");
+    if (in_key == 0) o.in_channels = one.at("x").size(1);
+    if (out_key == 0 && one.tensors.count("y")) o.out_channels = one.at("y").size(1);
+  }
+  if (nc) {
+    const auto n_in = static_cast<std::int64_t>(in_names.size()), n_out = static_cast<std::int64_t>(out_names.size());
+    BELLOWS_CHECK_CONFIG((in_key == 0 || in_key == n_in) && (out_key == 0 || out_key == n_out),
+                         fmt::format("model.in_channels {} / model.out_channels {}, but the data has {} -> {} channels ({})", in_key,
+                                     out_key, n_in, n_out, nc->name()),
+                         "set them to 0 to take the channels from the data");
+    o.in_channels = n_in;
+    o.out_channels = n_out;
+  }
+  BELLOWS_CHECK_CONFIG(o.in_channels > 0 && o.out_channels > 0,
+                       fmt::format("model gnn: the channels are unknown ({}: in {}, out {})", source, o.in_channels, o.out_channels),
+                       "set model.in_channels and model.out_channels, or train from a NetCDF file");
+
+  // --- residual: each target channel adds the input channel of the same name ---
+  if (config::get_bool(c, "model.residual")) {
+    if (!in_names.empty()) {
+      for (const auto& name : out_names) {
+        const auto it = std::find(in_names.begin(), in_names.end(), name);
+        BELLOWS_CHECK_CONFIG(it != in_names.end(),
+                             fmt::format("model.residual is true but target channel '{}' is not an input channel (inputs: {})", name,
+                                         fmt::join(in_names, ", ")),
+                             "set model.residual: false to predict the full state, or add the variable to data.netcdf.variables");
+        o.residual_channels.push_back(it - in_names.begin());
+      }
+    } else {
+      BELLOWS_CHECK_CONFIG(o.in_channels == o.out_channels,
+                           fmt::format("model.residual is true but inputs ({}) and targets ({}) have different channels", o.in_channels,
+                                       o.out_channels),
+                           "set model.residual: false to predict the full state");
+      for (std::int64_t k = 0; k < o.out_channels; ++k) o.residual_channels.push_back(k);
+    }
+  }
+  return o;
+}
+
+ModelEntry gnn_entry() {
+  ModelEntry e;
+  e.name = "gnn";
+  e.help = "encode-process-decode graph network on a regional lat/lon grid and mesh (W6); task: regression";
+  e.add_keys = [](config::Schema& s) {
+    using config::Type;
+    s.add("model.latent_size", Type::kInt, "width of node and edge latents").min(1).default_value(YAML::Node(128));
+    s.add("model.num_gnn_layers", Type::kInt, "message-passing layers of the processor on the mesh").min(0).default_value(YAML::Node(6));
+    s.add("model.mlp_layers", Type::kInt, "hidden layers in each MLP (0: one Linear)").min(0).default_value(YAML::Node(1));
+    s.add("model.activation", Type::kString, "activation").choices({"silu", "gelu", "relu", "tanh"}).default_value(YAML::Node("silu"));
+    s.add("model.layer_norm", Type::kBool, "LayerNorm after each MLP but the output").default_value(YAML::Node(true));
+    s.add("model.mesh_stride", Type::kInt, "grid points per mesh cell side").min(1).default_value(YAML::Node(4));
+    s.add("model.mesh_levels", Type::kInt, "mesh scales: level k adds edges between every 2^k-th mesh node").min(1).default_value(YAML::Node(1));
+    s.add("model.g2m_radius", Type::kDouble, "grid->mesh edges reach this fraction of the longest mesh edge").min(1e-6).default_value(YAML::Node(0.6));
+    s.add("model.residual", Type::kBool, "predict the change of each target channel from the input channel of the same name")
+        .default_value(YAML::Node(true));
+    s.add("model.in_channels", Type::kInt, "input channels (0: from the data)").min(0).default_value(YAML::Node(0));
+    s.add("model.out_channels", Type::kInt, "target channels (0: from the data)").min(0).default_value(YAML::Node(0));
+    s.add("model.lat", Type::kDoubleList, "grid latitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
+    s.add("model.lon", Type::kDoubleList, "grid longitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
+  };
+  e.build = [](const config::Config& c, const ModelContext& context) {
+    auto module = std::make_shared<GnnImpl>(options_from(c, context));
+    Forward forward = [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<GnnImpl&>(m).forward(x); };
+    return BuiltModel{module, make_regression_task(forward)};
+  };
+  return e;
+}
+
+const ModelRegistrar kRegistered(gnn_entry());
+
+}  // namespace
+
+}  // namespace bellows::models

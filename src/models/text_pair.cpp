@@ -1,0 +1,294 @@
+// The text-pair classifier "text_pair"; see text_pair.h.
+#include "bellows/models/text_pair.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+
+#include "bellows/ckpt/safetensors.h"   // defines: read_safetensors
+#include "bellows/data/text_pairs.h"    // defines: find_text_pairs
+#include "bellows/models/registry.h"
+#include "bellows/util/check.h"
+
+namespace bellows::models {
+namespace {
+
+constexpr std::string_view kEncoderPrefix = "encoder.";
+
+std::string shape_of(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+}  // namespace
+
+// --- the encoder: embeddings + Transformer ---
+
+TextEncoderImpl::TextEncoderImpl(const TextPairOptions& o) {
+  BELLOWS_CHECK_CONFIG(o.vocab_size > 0, fmt::format("text_pair vocab_size={}, expected positive", o.vocab_size),
+                       "set model.vocab_size, or train with text_pairs data (the tokenizer gives it)");
+  BELLOWS_CHECK_CONFIG(o.pad_id >= 0 && o.pad_id < o.vocab_size,
+                       fmt::format("text_pair pad_id={} outside the vocabulary of {}", o.pad_id, o.vocab_size),
+                       "use the tokenizer's pad id");
+  const std::int64_t d = o.encoder.d_model;
+  token_embedding_ = register_module("token_embedding",
+                                     torch::nn::Embedding(torch::nn::EmbeddingOptions(o.vocab_size, d).padding_idx(o.pad_id)));
+  segment_embedding_ = register_module("segment_embedding", torch::nn::Embedding(2, d));
+  {
+    // BERT's initialisation: N(0, 0.02), the scale of the learned positions; the pad row stays zero.
+    at::NoGradGuard no_grad;
+    token_embedding_->weight.normal_(0.0, 0.02);
+    token_embedding_->weight[o.pad_id].zero_();
+    segment_embedding_->weight.normal_(0.0, 0.02);
+  }
+  transformer_ = register_module("transformer", TransformerEncoder(o.encoder));
+}
+
+at::Tensor TextEncoderImpl::embed(const at::Tensor& tokens, const at::Tensor& segments) {
+  BELLOWS_CHECK_DATA(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+                     fmt::format("text_pair tokens have shape {} and type {}; expected int64 [B, T]", shape_of(tokens),
+                                 c10::toString(tokens.scalar_type())),
+                     "feed token ids (data.source: text_pairs)");
+  at::Tensor h = token_embedding_->forward(tokens);
+  if (segments.defined()) {
+    BELLOWS_CHECK_DATA(segments.sizes() == tokens.sizes(),
+                       fmt::format("segments have shape {}, tokens {}", shape_of(segments), shape_of(tokens)),
+                       "give one segment id (0 or 1) per token");
+    h = h + segment_embedding_->forward(segments.to(at::kLong));
+  } else {
+    h = h + segment_embedding_->weight[0];
+  }
+  return h;
+}
+
+at::Tensor TextEncoderImpl::encode(const at::Tensor& embedded, const at::Tensor& mask) {
+  return transformer_->forward(embedded, mask.defined() ? mask.logical_not() : at::Tensor());
+}
+
+// --- the classifier ---
+
+TextPairClassifierImpl::TextPairClassifierImpl(const TextPairOptions& options) : options_(options) {
+  BELLOWS_CHECK_CONFIG(options.num_classes >= 2, fmt::format("text_pair num_classes={}, expected >= 2", options.num_classes),
+                       "set model.num_classes, or train with labelled text_pairs data");
+  BELLOWS_CHECK_CONFIG(options.pooling == "cls" || options.pooling == "mean", fmt::format("unknown pooling '{}'", options.pooling),
+                       "use one of: cls, mean");
+  encoder_ = register_module("encoder", TextEncoder(options));
+  dropout_ = register_module("dropout", torch::nn::Dropout(options.encoder.dropout));
+  head_ = register_module("head", torch::nn::Linear(options.encoder.d_model, options.num_classes));
+}
+
+bool TextPairClassifierImpl::encoder_frozen() const {
+  for (const auto& p : encoder_->parameters()) {
+    if (p.requires_grad()) return false;
+  }
+  return true;
+}
+
+void TextPairClassifierImpl::freeze_encoder() {
+  for (auto& p : encoder_->parameters()) {
+    p.requires_grad_(false);
+    p.mutable_grad().reset();
+  }
+  if (is_training()) encoder_->eval();
+}
+
+void TextPairClassifierImpl::train(bool on) {
+  torch::nn::Module::train(on);
+  if (on && encoder_frozen()) encoder_->eval();
+}
+
+std::vector<std::string> TextPairClassifierImpl::checkpoint_blocks() const {
+  std::vector<std::string> names;
+  for (const auto& b : encoder_->transformer()->checkpoint_blocks()) names.push_back("encoder.transformer." + b);
+  return names;
+}
+
+at::Tensor TextPairClassifierImpl::pool_and_classify(const at::Tensor& encoded, const at::Tensor& mask) {
+  at::Tensor pooled;
+  if (options_.pooling == "cls" || !mask.defined()) {
+    pooled = options_.pooling == "cls" ? encoded.select(1, 0) : encoded.mean(1);
+  } else {
+    const at::Tensor m = mask.to(encoded.scalar_type()).unsqueeze(2);  // [B, T, 1]
+    pooled = (encoded * m).sum(1) / m.sum(1).clamp_min(1.0);
+  }
+  return head_->forward(dropout_->forward(pooled));
+}
+
+at::Tensor TextPairClassifierImpl::forward_embedded(const at::Tensor& embedded, const at::Tensor& mask) {
+  // The blocks selected on this model ("encoder.transformer.layers.N") are the Transformer's "layers.N".
+  if (checkpointed() != handed_down_) {
+    std::vector<std::string> names;
+    for (const auto& name : checkpointed()) names.push_back(name.substr(std::string("encoder.transformer.").size()));
+    encoder_->transformer()->set_checkpointed(names);
+    handed_down_ = checkpointed();
+  }
+  if (mask.defined()) {
+    BELLOWS_CHECK_DATA(mask.dim() == 2 && mask.size(0) == embedded.size(0) && mask.size(1) == embedded.size(1),
+                       fmt::format("token mask has shape {}, the embedded tokens {}", shape_of(mask), shape_of(embedded)),
+                       "pass x_mask [B, T], true at real tokens");
+  }
+  const at::Tensor m = mask.defined() ? mask.to(embedded.device(), at::kBool) : at::Tensor();
+  at::Tensor encoded;
+  if (encoder_frozen() && !embedded.requires_grad()) {
+    at::NoGradGuard no_grad;  // a fixed feature extractor: no graph, no saved activations
+    encoded = encoder_->encode(embedded, m);
+  } else {
+    encoded = encoder_->encode(embedded, m);
+  }
+  return pool_and_classify(encoded, m);
+}
+
+at::Tensor TextPairClassifierImpl::forward(const at::Tensor& tokens, const at::Tensor& segments, const at::Tensor& mask) {
+  at::Tensor embedded;
+  if (encoder_frozen()) {
+    at::NoGradGuard no_grad;
+    embedded = encoder_->embed(tokens, segments);
+  } else {
+    embedded = encoder_->embed(tokens, segments);
+  }
+  return forward_embedded(embedded, mask);
+}
+
+// --- encoder weights by name ---
+
+std::vector<std::string> load_encoder_weights(TextPairClassifierImpl& model, const std::filesystem::path& file, bool strict) {
+  const std::map<std::string, at::Tensor> stored = ckpt::read_safetensors(file);
+  bool prefixed = false;
+  for (const auto& [name, t] : stored) prefixed = prefixed || name.starts_with(kEncoderPrefix);
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, t] : stored) {
+    if (!prefixed) tensors.emplace(name, t);
+    else if (name.starts_with(kEncoderPrefix)) tensors.emplace(name.substr(kEncoderPrefix.size()), t);
+  }
+  std::map<std::string, at::Tensor> targets;
+  for (const auto& item : model.encoder()->named_parameters(/*recurse=*/true)) targets.emplace(item.key(), item.value());
+  for (const auto& item : model.encoder()->named_buffers(/*recurse=*/true)) targets.emplace(item.key(), item.value());
+  std::vector<std::string> differences;
+  for (const auto& [name, target] : targets) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      differences.push_back(fmt::format("{}: missing from the file", name));
+    } else if (it->second.sizes() != target.sizes()) {
+      differences.push_back(fmt::format("{}: shape {} in the file, {} in the encoder", name, shape_of(it->second), shape_of(target)));
+    }
+  }
+  for (const auto& [name, t] : tensors) {
+    if (!targets.count(name)) differences.push_back(fmt::format("{}: in the file, not in the encoder", name));
+  }
+  BELLOWS_CHECK_DATA(!strict || differences.empty(),
+                     fmt::format("encoder weights {} do not fit the encoder ({} differences): {}", file.string(), differences.size(),
+                                 fmt::join(differences, "; ")),
+                     "export them from a run with the same model sizes and the same tokenizer (bellows ckpt export), or set "
+                     "model.encoder_weights_strict: false to load what matches");
+  at::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) {
+    const auto it = tensors.find(name);
+    if (it != tensors.end() && it->second.sizes() == target.sizes()) target.copy_(it->second);
+  }
+  return differences;
+}
+
+namespace {
+
+// Cross-entropy over the pair's logits; accuracy is the monitored metric.
+class TextPairTask final : public Task {
+ public:
+  StepOutput step(torch::nn::Module& m, const data::Batch& batch) override {
+    auto& model = static_cast<TextPairClassifierImpl&>(m);
+    const at::Tensor logits = model.forward(batch.at("x"), optional(batch, "segments"), optional(batch, "x_mask")).to(at::kFloat);
+    const at::Tensor target = batch.at("y").to(at::kLong).view({-1});
+    StepOutput out;
+    out.loss = at::cross_entropy_loss(logits, target);
+    out.metrics.emplace_back("accuracy", logits.detach().argmax(1).eq(target).to(at::kFloat).mean());
+    return out;
+  }
+  std::string monitor() const override { return "accuracy"; }
+  bool lower_is_better() const override { return false; }
+  // Class probabilities, float32 [B, num_classes].
+  at::Tensor predict(torch::nn::Module& m, const data::Batch& batch, const PredictOptions& options) override {
+    BELLOWS_CHECK_USAGE(options.samples == 1, fmt::format("the text-pair classifier is deterministic; {} samples per input", options.samples),
+                        "drop --samples");
+    auto& model = static_cast<TextPairClassifierImpl&>(m);
+    return at::softmax(model.forward(batch.at("x"), optional(batch, "segments"), optional(batch, "x_mask")).to(at::kFloat), 1);
+  }
+
+ private:
+  static at::Tensor optional(const data::Batch& batch, const char* name) {
+    const auto it = batch.tensors.find(name);
+    return it == batch.tensors.end() ? at::Tensor() : it->second;
+  }
+};
+
+// A model key that may be taken from the data (0 in the config): the data's value, or the config's when it
+// agrees; `what` names the data's value in errors.
+std::int64_t from_data(const config::Config& c, const std::string& key, std::int64_t configured, std::int64_t data_value,
+                       const std::string& what) {
+  if (configured == 0) return data_value;
+  BELLOWS_CHECK_CONFIG(configured == data_value,
+                       fmt::format("{} is {} ({}) but the data's {} is {}", key, configured, c.origin(key).str(), what, data_value),
+                       fmt::format("set {}: 0 to take it from the data, or {}", key, data_value));
+  return configured;
+}
+
+ModelEntry text_pair_entry() {
+  ModelEntry e;
+  e.name = "text_pair";
+  e.help = "sentence-pair classifier: token + segment embeddings, Transformer encoder, [CLS]/mean pooling, linear head (W7)";
+  e.add_keys = [](config::Schema& s) {
+    using config::Type;
+    auto node = [](auto v) { return YAML::Node(v); };
+    add_encoder_keys(s, "learned");
+    s.add("model.max_len", Type::kInt, "longest token sequence (0: data.text.max_len)").min(0).default_value(node(0));
+    s.add("model.pooling", Type::kString, "sequence summary: the [CLS] output or the mean over real tokens")
+        .choices({"cls", "mean"}).default_value(node("cls"));
+    s.add("model.vocab_size", Type::kInt, "token embedding rows (0: the tokenizer's vocabulary)").min(0).default_value(node(0));
+    s.add("model.pad_id", Type::kInt, "padding token id without text_pairs data (with it: the tokenizer's)").min(0).default_value(node(0));
+    s.add("model.num_classes", Type::kInt, "classes (0: the data's labels)").min(0).default_value(node(0));
+    s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
+        .default_value(node(false));
+    s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
+        .default_value(node(""));
+    s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
+        .default_value(node(true));
+  };
+  e.build = [](const config::Config& c, const ModelContext& context) {
+    TextPairOptions o;
+    o.pooling = config::get_string(c, "model.pooling");
+    o.encoder = encoder_options_from(c);
+    const std::int64_t vocab = config::get_int(c, "model.vocab_size");
+    const std::int64_t classes = config::get_int(c, "model.num_classes");
+    const std::int64_t max_len = config::get_int(c, "model.max_len");
+    const data::TextPairsDataset* text = context.train ? data::find_text_pairs(*context.train) : nullptr;
+    if (text) {
+      o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size(), "tokenizer vocabulary size");
+      o.num_classes = from_data(c, "model.num_classes", classes, text->num_classes(), "number of labels");
+      o.pad_id = text->pad_id();
+      o.encoder.max_len = max_len == 0 ? text->max_len() : max_len;
+      BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len(),
+                           fmt::format("model.max_len is {} ({}) but data.text.max_len allows {} tokens", max_len,
+                                       c.origin("model.max_len").str(), text->max_len()),
+                           fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len()));
+    } else {
+      BELLOWS_CHECK_CONFIG(vocab > 0 && classes > 0,
+                           fmt::format("model text_pair without text_pairs data needs model.vocab_size and model.num_classes "
+                                       "(they are {} and {})", vocab, classes),
+                           "use data.source: text_pairs, or set both keys");
+      o.vocab_size = vocab;
+      o.num_classes = classes;
+      o.pad_id = config::get_int(c, "model.pad_id");
+      o.encoder.max_len = max_len == 0 ? 128 : max_len;
+    }
+    auto module = std::make_shared<TextPairClassifierImpl>(o);
+    if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
+      load_encoder_weights(*module, weights, config::get_bool(c, "model.encoder_weights_strict"));
+    }
+    if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
+    return BuiltModel{module, std::make_shared<TextPairTask>()};
+  };
+  return e;
+}
+
+const ModelRegistrar kRegistered(text_pair_entry());
+
+}  // namespace
+
+}  // namespace bellows::models

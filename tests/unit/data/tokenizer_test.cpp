@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using test_support::error_from;
+using test_support::TempDir;
 
 // Sentences from a small template grammar: enough repetition for subword pieces to form.
 std::vector<std::string> corpus() {
@@ -35,14 +36,6 @@ std::vector<std::string> corpus() {
     out.push_back("the " + adjectives[i % 5] + " " + nouns[(i / 5) % 5] + " " + verbs[(i / 25) % 5] + " " + places[(i / 3) % 4]);
   }
   return out;
-}
-
-fs::path temp_dir() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::path(testing::TempDir()) / fmt::format("tokenizer_{}_{}", info->name(), getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 TEST(Tokenizer, TrainsOnASmallCorpusAndRoundTrips) {
@@ -108,7 +101,8 @@ TEST(Tokenizer, TrainingIsDeterministic) {
 }
 
 TEST(Tokenizer, SavesAndLoadsModelFiles) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("tokenizer_test");
+  const fs::path& dir = temp.path();
   TokenizerTrainOptions o;
   o.vocab_size = 64;
   const Tokenizer trained = Tokenizer::from_serialized(Tokenizer::train(corpus(), o), "memory");
@@ -122,7 +116,8 @@ TEST(Tokenizer, SavesAndLoadsModelFiles) {
 }
 
 TEST(Tokenizer, ErrorsNameTheFileOrTheProblem) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("tokenizer_test");
+  const fs::path& dir = temp.path();
   Error e = error_from([&] { Tokenizer::load(dir / "missing.model"); });
   EXPECT_EQ(e.kind(), ErrorKind::kData);
   EXPECT_THAT(e.message(), HasSubstr("missing.model"));

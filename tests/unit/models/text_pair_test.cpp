@@ -41,6 +41,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using test_support::build_model;
 using test_support::error_from;
+using test_support::TempDir;
 using test_support::expect_gradients_match;
 using test_support::OneThread;
 using test_support::tiny_encoder;
@@ -78,14 +79,6 @@ Pairs random_pairs(std::int64_t batch, const std::vector<std::int64_t>& lengths_
     p.mask[i].narrow(0, 0, n).fill_(true);
   }
   return p;
-}
-
-fs::path temp_dir() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::path(testing::TempDir()) / fmt::format("text_pair_{}_{}", info->name(), getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 std::map<std::string, at::Tensor> encoder_tensors(TextPairClassifierImpl& m) {
@@ -200,7 +193,8 @@ TEST(TextPair, LearnsWhetherTwoSentencesShareAKeywordBelow0p1In600Steps) {
 }
 
 TEST(TextPair, BuildTakesVocabularyClassesAndLengthFromTheData) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("text_pair_test");
+  const fs::path& dir = temp.path();
   std::ofstream(dir / "pairs.tsv") << "premise\thypothesis\tlabel\nthe cat sleeps\tthe cat rests\tyes\n"
                                       "the dog barks\tthe bird sings\tno\nthe farmer reads\tthe farmer sleeps\tmaybe\n";
   data::DataSpec spec;
@@ -270,7 +264,8 @@ TEST(TextPair, FrozenEncoderStaysUnchangedWhileTheHeadTrains) {
 }
 
 TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("text_pair_test");
+  const fs::path& dir = temp.path();
   torch::manual_seed(7);
   TextPairClassifier source(tiny());
   // A whole model's tensors (as `bellows ckpt export` writes them): "encoder." prefix, plus the head.

@@ -22,14 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using test_support::error_from;
-
-fs::path temp_dir() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::path(testing::TempDir()) / fmt::format("cv_{}_{}", info->name(), getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using test_support::TempDir;
 
 config::Config mlp_config(const fs::path& dir, std::int64_t samples) {
   const fs::path file = dir / "cv.yaml";
@@ -53,7 +46,8 @@ TEST(CrossValidation, SummaryIsMeanAndSampleStd) {
 }
 
 TEST(CrossValidation, ThreeFoldsOfTheMlpOnSyntheticClasses) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("cv_test");
+  const fs::path& dir = temp.path();
   RunOptions quiet;
   quiet.console = nullptr;
   const CvSummary s = cross_validate(mlp_config(dir, 300), 3, quiet);
@@ -117,7 +111,8 @@ TEST(CrossValidation, ThreeFoldsOfTheMlpOnSyntheticClasses) {
 }
 
 TEST(CrossValidation, TooFewFoldsOrSamplesAreErrorsBeforeTraining) {
-  const fs::path dir = temp_dir();
+  const TempDir temp("cv_test");
+  const fs::path& dir = temp.path();
   RunOptions quiet;
   quiet.console = nullptr;
   Error e = error_from([&] { cross_validate(mlp_config(dir, 100), 1, quiet); });

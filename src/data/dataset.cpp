@@ -44,4 +44,11 @@ Batch Dataset::get_batch(std::span<const std::int64_t> indices, FetchContext& co
   return batch;
 }
 
+Batch first_sample(const Dataset& dataset) {
+  FetchContext context;
+  context.train = false;
+  const std::int64_t first = 0;
+  return dataset.get_batch(std::span<const std::int64_t>(&first, 1), context);
+}
+
 }  // namespace bellows::data

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <span>
 
 #include "bellows/data/dataset.h"
 #include "bellows/models/registry.h"
@@ -219,9 +218,7 @@ class DdpmTask final : public Task {
 // The data's widths against the model's, before any step (a clear error rather than a shape mismatch).
 void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
   if (train.size() == 0) return;
-  data::FetchContext context;
-  const std::int64_t first = 0;
-  const data::Batch one = train.get_batch(std::span<const std::int64_t>(&first, 1), context);
+  const data::Batch one = data::first_sample(train);
   const at::Tensor& x = one.at("x");
   BELLOWS_CHECK_CONFIG(
       x.dim() == 2 && x.size(1) == o.context_features,

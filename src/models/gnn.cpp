@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
-#include <span>
 #include <tuple>
 
 #include "bellows/data/netcdf.h"
@@ -286,9 +285,7 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
     in_names = nc->input_channels();
     out_names = nc->target_channels();
   } else if (context.train) {
-    data::FetchContext fetch;
-    const std::int64_t first = 0;
-    const data::Batch one = context.train->get_batch(std::span<const std::int64_t>(&first, 1), fetch);
+    const data::Batch one = data::first_sample(*context.train);
     BELLOWS_CHECK_CONFIG(one.at("x").dim() == 4 && (!one.tensors.count("y") || one.at("y").dim() == 4),
                          fmt::format("model gnn reads samples x [C, lat, lon], but {} gives x of shape {}", source,
                                      one.at("x").sizes().slice(1)),

@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <optional>
-#include <span>
 
 #include "bellows/data/image_folder.h"
 #include "bellows/data/subset.h"
@@ -177,10 +176,7 @@ const data::ImageFolderDataset* image_folder_of(const data::Dataset* dataset) {
 // takes the data's class count.
 void check_against_data(ResNetOptions& o, const config::Config& c, const data::Dataset& train) {
   if (train.size() > 0) {
-    data::FetchContext context;
-    context.train = false;
-    const std::int64_t first = 0;
-    const data::Batch one = train.get_batch(std::span<const std::int64_t>(&first, 1), context);
+    const data::Batch one = data::first_sample(train);
     const at::Tensor& x = one.at("x");
     BELLOWS_CHECK_CONFIG(x.dim() == 4,
                          fmt::format("model resnet needs images [C, H, W], but the samples of {} are x {}",

@@ -6,8 +6,6 @@
 #include <fmt/ranges.h>
 #include <torch/nn/utils/rnn.h>
 
-#include <span>
-
 #include "bellows/data/batch.h"
 #include "bellows/util/check.h"
 
@@ -76,9 +74,7 @@ at::Tensor pool_steps(const at::Tensor& h, const at::Tensor& lengths, const std:
 std::int64_t check_sequence_data(const config::Config& c, const ModelContext& context, const std::string& model) {
   if (!context.train || context.train->size() == 0) return 0;
   const data::Dataset& train = *context.train;
-  data::FetchContext fetch;
-  const std::int64_t first = 0;
-  const data::Batch one = train.get_batch(std::span<const std::int64_t>(&first, 1), fetch);
+  const data::Batch one = data::first_sample(train);
   const at::Tensor& x = one.at("x");
   BELLOWS_CHECK_CONFIG(x.dim() == 3,
                        fmt::format("model {} needs sequences [T, F], but a sample's x has shape {} ({})", model,

@@ -170,9 +170,7 @@ namespace {
 // deep inside the first matmul.
 void check_model_input(const config::Config& c, const data::Dataset& train) {
   if (!c.has("model.in_features")) return;
-  data::FetchContext context;
-  const std::int64_t first = 0;
-  const data::Batch one = train.get_batch(std::span<const std::int64_t>(&first, 1), context);
+  const data::Batch one = data::first_sample(train);
   const at::Tensor& x = one.at("x");
   const std::int64_t width = x.size(-1);
   BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,

@@ -72,4 +72,8 @@ class Dataset {
   virtual at::Tensor class_labels() const { return {}; }
 };
 
+// Sample 0 of `dataset` as a batch of one, fetched as for evaluation (no random augmentation): what models and
+// the run check their widths against before the first step. The dataset must not be empty.
+Batch first_sample(const Dataset& dataset);
+
 }  // namespace bellows::data

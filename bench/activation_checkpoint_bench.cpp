@@ -19,7 +19,7 @@
 #include "bellows/models/activation_checkpoint.h"
 #include "bellows/models/registry.h"
 #include "bellows/obs/memory.h"
-#include "bellows/train/run.h"
+#include "bellows/app/schema.h"
 
 using namespace bellows;
 
@@ -52,7 +52,7 @@ struct Workload {
 models::BuiltModel build(const Workload& w) {
   config::Config c = config::Config::parse(w.model_yaml, w.name);
   const std::string model = c.node("model.name").as<std::string>();
-  train::run_schema(model).validate(c);
+  app::run_schema(model).validate(c);
   torch::manual_seed(0);
   return models::find_model(model).build(c, {});
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: set up (scripts/setup.sh), configure, build, then
-#   run   -- run the main job on its embedded default (`bellows train`: the demo); args go to bellows
-#   test  -- run the whole test suite (CTest)
-#   build -- only build
+#   run   -- build the `bellows` CLI and what it links (not the tests, tools or benchmarks), then run the main
+#            job on its embedded default (`bellows train`: the demo); args go to bellows
+#   test  -- build everything and run the whole test suite (CTest)
+#   build -- only build everything
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,9 @@ if command -v ccache >/dev/null; then
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 fi
 [ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2
-cmake --build "$build_dir" -j "$jobs"
+targets=()
+[ "$mode" = run ] && targets=(--target bellows_cli)
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 
 case "$mode" in
   run)  exec "$build_dir/bin/bellows" "${@:-train}" ;;

@@ -1,22 +1,20 @@
 // The checkpoint directory format; see checkpoint.h.
 #include "bellows/ckpt/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <regex>
 
 #include "bellows/ckpt/checksum.h"
 #include "bellows/ckpt/safetensors.h"
+#include "bellows/util/atomic_file.h"  // defines: write_file_synced, fsync_directory, rename_durably
 #include "bellows/util/check.h"
 #include "bellows/version.h"
 
@@ -27,37 +25,6 @@ namespace {
 
 const std::regex kNamePattern("step-([0-9]{9,})");
 
-// Writes `bytes` to `path` and fsyncs the file, so that a rename after it never exposes a hole.
-void write_synced(const fs::path& path, std::string_view bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  BELLOWS_CHECK_RESOURCE(fd >= 0, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)),
-                         "check the checkpoint directory's permissions");
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      BELLOWS_FAIL(ErrorKind::kResource, fmt::format("writing {} failed after {} of {} bytes: {}", path.string(), done, bytes.size(), std::strerror(err)),
-                   "free disk space or point the checkpoints elsewhere");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  BELLOWS_CHECK_RESOURCE(synced, fmt::format("fsync of {} failed: {}", path.string(), std::strerror(err)), "check the disk");
-}
-
-void fsync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  BELLOWS_CHECK_RESOURCE(fd >= 0, fmt::format("cannot open directory {}: {}", dir.string(), std::strerror(errno)), "check permissions");
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  BELLOWS_CHECK_RESOURCE(synced, fmt::format("fsync of directory {} failed", dir.string()), "check the disk");
-}
-
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -65,12 +32,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::map<std::string, at::Tensor> to_cpu(const std::map<std::string, at::Tensor>& tensors) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, t] : tensors) out.emplace(name, t.detach().to(at::kCPU).contiguous());
-  return out;
 }
 
 std::int64_t step_of(const fs::path& p) {
@@ -107,11 +68,12 @@ fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
   const fs::path final_path = dir / name;
   try {
     fs::create_directory(tmp);
-    // Bytes first (the copy to host memory), then files, each fsynced; the manifest last.
-    const std::string model = safetensors_bytes(to_cpu(c.model), {{"format", "pt"}});
-    const std::string state = safetensors_bytes(to_cpu(c.state), {{"format", "bellows-state"}});
-    write_synced(tmp / kModelFile, model);
-    write_synced(tmp / kStateFile, state);
+    // Bytes first (from host memory: tensors already there are not copied again), then files, each fsynced;
+    // the manifest last.
+    const std::string model = safetensors_bytes(to_host(c.model, /*copy=*/false), {{"format", "pt"}});
+    const std::string state = safetensors_bytes(to_host(c.state, /*copy=*/false), {{"format", "bellows-state"}});
+    write_file_synced(tmp / kModelFile, model);
+    write_file_synced(tmp / kStateFile, state);
     nlohmann::json files = nlohmann::json::object();
     files[kModelFile] = {{"sha256", sha256_hex(model)}, {"bytes", model.size()}};
     files[kStateFile] = {{"sha256", sha256_hex(state)}, {"bytes", state.size()}};
@@ -120,7 +82,7 @@ fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
                                      {"created_utc", utc_now()},          {"step", c.step},
                                      {"epoch", c.epoch},                  {"info", c.info},
                                      {"files", files}};
-    write_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
+    write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
     fsync_directory(tmp);
     // Replacing a checkpoint of the same step: move the old one aside first, so one of them is always whole.
     fs::path old;
@@ -128,8 +90,7 @@ fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
       old = dir / fmt::format(".old-{}-{}-{}", name, ::getpid(), counter++);
       fs::rename(final_path, old);
     }
-    fs::rename(tmp, final_path);
-    fsync_directory(dir);
+    rename_durably(tmp, final_path);
     if (!old.empty()) fs::remove_all(old, ec);
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);

@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/checksum.h"
@@ -122,14 +121,8 @@ std::size_t export_weights(const fs::path& checkpoint, const fs::path& to, bool 
     BELLOWS_CHECK_DATA(replaced > 0, fmt::format("{} has no EMA weights", checkpoint.string()),
                        "train with ema.enabled: true, or export without --ema");
   }
-  const fs::path tmp = to.string() + fmt::format(".tmp-{}", ::getpid());
-  write_safetensors(tmp, weights, {{"format", "pt"}, {"bellows_step", std::to_string(c.step)}, {"weights", ema ? "ema" : "raw"}});
-  std::error_code ec;
-  fs::rename(tmp, to, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("cannot write {}: {}", to.string(), ec.message()), "check the destination directory");
-  }
+  // Durable and atomic (temporary file, fsync, rename): write_safetensors writes through util/atomic_file.h.
+  write_safetensors(to, weights, {{"format", "pt"}, {"bellows_step", std::to_string(c.step)}, {"weights", ema ? "ema" : "raw"}});
   return weights.size();
 }
 

@@ -6,16 +6,11 @@
 #include "bellows/ckpt/safetensors.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -26,7 +21,9 @@
 #include <string_view>
 #include <tuple>
 
+#include "bellows/util/atomic_file.h"  // defines: AtomicFileWriter
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 #include "bellows/util/read_only_file.h"
 
 namespace bellows::ckpt {
@@ -90,10 +87,6 @@ std::string file_byte(std::uint64_t data_offset, std::uint64_t relative) {
   std::uint64_t at = 0;
   if (__builtin_add_overflow(data_offset, relative, &at)) return fmt::format("{} + {}", data_offset, relative);
   return fmt::format("{}", at);
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 // --- files: bellows::ReadOnlyFile (positional reads, one shared read-only mapping) ---
@@ -221,7 +214,7 @@ TensorInfo parse_tensor(const File& f, std::uint64_t n, const std::string& name,
   BELLOWS_CHECK_DATA(t.end - t.begin == nbytes,
                      fmt::format("{}: tensor '{}' is {} {} = {} bytes, but its data_offsets [{}, {}] (bytes {} to {} "
                                  "of the file) hold {}",
-                                 f.path().string(), name, d->name, shape_text(t.shape), nbytes, t.begin, t.end,
+                                 f.path().string(), name, d->name, shape_of(t.shape), nbytes, t.begin, t.end,
                                  file_byte(data_offset, t.begin), file_byte(data_offset, t.end), t.end - t.begin),
                      kRewriteHint);
   return t;
@@ -402,52 +395,6 @@ std::pair<std::string, std::vector<Entry>> prepare(const std::map<std::string, a
   return {std::move(out), std::move(entries)};
 }
 
-class Writer {
- public:
-  explicit Writer(fs::path path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    BELLOWS_CHECK_RESOURCE(fd_ >= 0, fmt::format("cannot create {}: {}", path_.string(), std::strerror(errno)),
-                           "check that the directory exists and is writable");
-  }
-  Writer(const Writer&) = delete;
-  Writer& operator=(const Writer&) = delete;
-  ~Writer() {
-    if (fd_ >= 0) {  // not committed: an error unwinds; leave no partial file behind
-      ::close(fd_);
-      ::unlink(path_.c_str());
-    }
-  }
-  void write(const void* data, std::uint64_t n) {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t put = ::write(fd_, p, static_cast<std::size_t>(std::min<std::uint64_t>(n, std::uint64_t{1} << 30)));
-      if (put < 0 && errno == EINTR) continue;
-      fail_unless(put > 0, "cannot write");
-      p += put;
-      n -= static_cast<std::uint64_t>(put);
-    }
-  }
-  void commit() {
-    fail_unless(::fsync(fd_) == 0, "cannot fsync");
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) {
-      const int e = errno;
-      ::unlink(path_.c_str());
-      BELLOWS_FAIL(ErrorKind::kResource, fmt::format("cannot close {}: {}", path_.string(), std::strerror(e)),
-                   "check the free disk space");
-    }
-  }
-
- private:
-  void fail_unless(bool ok, const char* what) const {
-    BELLOWS_CHECK_RESOURCE(ok, fmt::format("{} {}: {}", what, path_.string(), std::strerror(errno)),
-                           "check the free disk space and that the directory is writable");
-  }
-  fs::path path_;
-  int fd_ = -1;
-};
-
 }  // namespace
 
 // --- public API ---
@@ -511,8 +458,8 @@ std::string safetensors_bytes(const std::map<std::string, at::Tensor>& tensors,
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const auto [header, entries] = prepare(tensors, metadata);  // all checks before the file is touched
-  Writer w(path);
-  w.write(header.data(), header.size());
+  AtomicFileWriter w(path);
+  w.write(header);
   for (const auto& e : entries) {
     if (e.data.nbytes() > 0) w.write(e.data.data_ptr(), e.data.nbytes());
   }

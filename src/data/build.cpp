@@ -1,157 +1,121 @@
-// Dataset construction from a DataSpec; see build.h.
+// Dataset construction from the config's data block; see build.h. The sources themselves live in
+// src/data/sources/, one file each, found through the source registry.
 #include "bellows/data/build.h"
 
 #include <fmt/format.h>
 
 #include "bellows/data/folds.h"
+#include "bellows/data/source_registry.h"
 #include "bellows/data/subset.h"
-#include "bellows/data/tensor_dataset.h"
+#include "bellows/data/window.h"
 #include "bellows/util/check.h"
 
 namespace bellows::data {
 
 namespace {
 
-// The tensors of a tabular source, for windowing: "x" [T, F] and optionally "y" [T, K].
-struct Series {
-  std::map<std::string, at::Tensor> tensors;
-  std::string name;
-  std::function<std::string(std::int64_t)> describe_row;
-};
+using config::get_double;
+using config::get_int;
+using config::get_int_list;
+using config::get_string;
 
-std::string npy_array_spec(const std::filesystem::path& path, const std::string& name) {
-  return path.extension() == ".npz" ? fmt::format("{}:{}", path.string(), name) : name;
+WindowOptions window_options(const config::Config& c) {
+  WindowOptions w;
+  w.length = get_int(c, "data.window.length");
+  w.stride = get_int(c, "data.window.stride");
+  w.horizon = get_int(c, "data.window.horizon");
+  w.target_columns = get_int_list(c, "data.window.target_columns");
+  return w;
 }
 
-std::map<std::string, std::string> npy_arrays(const DataSpec& spec, const std::filesystem::path& path) {
-  std::map<std::string, std::string> arrays;
-  if (path.extension() == ".npz") {
-    BELLOWS_CHECK_CONFIG(!spec.npy_x.empty(), "data.npy.x is empty", "name the input array of the .npz file");
-    arrays.emplace("x", npy_array_spec(path, spec.npy_x));
-    if (!spec.npy_y.empty()) arrays.emplace("y", npy_array_spec(path, spec.npy_y));
-  } else {
-    arrays.emplace("x", path.string());
-    // With a single .npy file, y must name another file; the default "y" (an array name) means "none".
-    if (!spec.npy_y.empty() && spec.npy_y != "y") arrays.emplace("y", spec.npy_y);
-  }
-  return arrays;
+std::shared_ptr<const Dataset> open(const SourceEntry& source, const SourceRequest& request) {
+  const WindowOptions window = window_options(*request.config);
+  if (window.length == 0) return source.open(request);
+  Series s = source.read_series(request);
+  return make_window_dataset(std::move(s.tensors), window, s.name, s.describe_row);
 }
 
-Series read_series(const DataSpec& spec, const std::filesystem::path& path) {
-  Series s;
-  if (spec.source == "csv") {
-    CsvOptions o = spec.csv;
-    o.path = path;
-    CsvTable table = read_csv(o);
-    s.tensors = std::move(table.tensors);
-    s.name = fmt::format("csv {}", path.string());
-    s.describe_row = [lines = std::move(table.lines), p = path.string()](std::int64_t row) {
-      return fmt::format("{} line {}", p, lines.at(static_cast<std::size_t>(row)));
-    };
-    return s;
-  }
-  BELLOWS_CHECK_CONFIG(spec.source == "npy", fmt::format("sliding windows need a csv or npy source, not {}", spec.source),
-                       "set data.window.length: 0, or read the series from CSV or NumPy files");
-  for (const auto& [name, array] : npy_arrays(spec, path)) {
-    const auto colon = array.rfind(".npz:");
-    at::Tensor t = colon == std::string::npos ? read_npy(array, spec.npy)
-                                              : read_npz_array(array.substr(0, colon + 4), array.substr(colon + 5), spec.npy);
-    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
-    s.tensors.emplace(name, t);
-  }
-  s.name = fmt::format("npy {}", path.string());
-  s.describe_row = [p = path.string()](std::int64_t row) { return fmt::format("{} row {}", p, row); };
-  return s;
-}
-
-std::shared_ptr<const Dataset> open(const DataSpec& spec, const std::filesystem::path& path) {
-  if (spec.window.length > 0) {
-    Series s = read_series(spec, path);
-    return make_window_dataset(std::move(s.tensors), spec.window, s.name, s.describe_row);
-  }
-  if (spec.source == "csv") {
-    CsvOptions o = spec.csv;
-    o.path = path;
-    return make_csv_dataset(o);
-  }
-  if (spec.source == "npy") return make_npy_dataset(npy_arrays(spec, path), spec.npy);
-  if (spec.source == "netcdf") {
-    NetcdfOptions o = spec.netcdf;
-    o.path = path;
-    return make_netcdf_dataset(o);
-  }
-  if (spec.source == "image_folder") {
-    ImageFolderOptions o = spec.images;
-    o.root = path;
-    return make_image_folder_dataset(o);
-  }
-  if (spec.source == "text_pairs") {
-    TextPairsOptions o = spec.text;
-    o.path = path;
-    return std::make_shared<TextPairsDataset>(o);
-  }
-  BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("data source '{}' is not known", spec.source),
-               "use synthetic, csv, npy, netcdf, image_folder or text_pairs");
-}
-
-// Cross-validation: fold spec.cv_fold of `all` validates, the other folds train.
-DataSplits fold_splits(const DataSpec& spec, std::shared_ptr<const Dataset> all, bool temporal) {
-  BELLOWS_CHECK_CONFIG(spec.val_path.empty(), "data.cv.folds is set together with data.val_path",
+// Cross-validation: fold data.cv.fold of `all` validates, the other folds train.
+DataSplits fold_splits(const config::Config& c, std::shared_ptr<const Dataset> all, DataSplits out) {
+  const std::int64_t folds = get_int(c, "data.cv.folds"), fold = get_int(c, "data.cv.fold");
+  BELLOWS_CHECK_CONFIG(get_string(c, "data.val_path").empty(), "data.cv.folds is set together with data.val_path",
                        "cross-validation holds out each fold of data.path in turn: drop data.val_path");
-  BELLOWS_CHECK_CONFIG(spec.cv_fold >= 0 && spec.cv_fold < spec.cv_folds,
-                       fmt::format("data.cv.fold is {}, outside [0, {}) for {} folds", spec.cv_fold, spec.cv_folds, spec.cv_folds),
+  BELLOWS_CHECK_CONFIG(fold >= 0 && fold < folds,
+                       fmt::format("data.cv.fold is {}, outside [0, {}) for {} folds ({})", fold, folds, folds, c.origin("data.cv.fold").str()),
                        "folds are numbered from 0");
-  const auto folds = assign_folds(all->size(), spec.cv_folds, spec.seed, all->class_labels());
-  auto [train, val] = fold_split(folds, spec.cv_fold);
-  DataSplits out;
-  out.temporal = temporal;
-  out.train = std::make_shared<SubsetDataset>(all, std::move(train), fmt::format("train (fold {} of {} held out)", spec.cv_fold, spec.cv_folds));
-  out.val = std::make_shared<SubsetDataset>(all, std::move(val), fmt::format("validation (fold {} of {})", spec.cv_fold, spec.cv_folds));
+  const auto assigned = assign_folds(all->size(), folds, static_cast<std::uint64_t>(get_int(c, "seed")), all->class_labels());
+  auto [train, val] = fold_split(assigned, fold);
+  out.train = std::make_shared<SubsetDataset>(all, std::move(train), fmt::format("train (fold {} of {} held out)", fold, folds));
+  out.val = std::make_shared<SubsetDataset>(all, std::move(val), fmt::format("validation (fold {} of {})", fold, folds));
   return out;
 }
 
 }  // namespace
 
-DataSplits build_datasets(const DataSpec& spec) {
-  DataSplits out;
-  if (spec.source == "synthetic") {
-    BELLOWS_CHECK_CONFIG(spec.window.length == 0, "sliding windows over synthetic data", "set data.window.length: 0");
-    BELLOWS_CHECK_CONFIG(spec.val_path.empty(), "data.val_path is set for synthetic data", "synthetic data splits off data.val_fraction");
-    SyntheticOptions o = spec.synthetic;
-    o.seed = spec.seed;
-    TensorDatasetOptions to;
-    to.name = fmt::format("synthetic {} ({} samples, {} features)", o.kind, o.samples, o.features);
-    auto all = std::make_shared<TensorDataset>(make_synthetic(o), to);
-    if (spec.cv_folds > 0) return fold_splits(spec, all, false);
-    auto [train, val] = split_indices(all->size(), spec.val_fraction, "tail", spec.seed);
-    out.train = std::make_shared<SubsetDataset>(all, std::move(train), "train");
-    if (!val.empty()) out.val = std::make_shared<SubsetDataset>(all, std::move(val), "validation");
-    return out;
+void add_dataset_keys(config::Schema& s) {
+  using config::Type;
+  auto node = [](auto v) { return YAML::Node(v); };
+  const YAML::Node empty = YAML::Load("[]");
+  const std::vector<SourceEntry> sources = source_registry();
+  std::vector<std::string> names;
+  for (const auto& e : sources) names.push_back(e.name);
+  s.add("data.source", Type::kString, "where samples come from").choices(names).default_value(node("synthetic"));
+  s.add("data.path", Type::kString, "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder)").default_value(node(""));
+  s.add("data.val_path", Type::kString, "separate validation data in the same format (empty: split off val_fraction)").default_value(node(""));
+  s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
+  s.add("data.val_split", Type::kString, "how val_fraction is chosen (auto: tail for time series, random otherwise)")
+      .choices({"auto", "tail", "random"}).default_value(node("auto"));
+  // cross-validation (bellows cv sets these per fold)
+  s.add("data.cv.folds", Type::kInt, "cross-validation folds over data.path (0: off)").min(0).default_value(node(0));
+  s.add("data.cv.fold", Type::kInt, "the held-out fold, the validation split (0-based)").min(0).default_value(node(0));
+  // sliding windows over csv/npy series
+  s.add("data.window.length", Type::kInt, "time steps per input window (0: no windows)").min(0).default_value(node(0));
+  s.add("data.window.stride", Type::kInt, "steps between window starts").min(1).default_value(node(1));
+  s.add("data.window.horizon", Type::kInt, "future steps to predict (0: inputs only)").min(0).default_value(node(1));
+  s.add("data.window.target_columns", Type::kIntList, "target columns of x when there is no y (empty: all)").min(0).default_value(empty);
+  for (const auto& e : sources) {
+    if (e.add_keys) e.add_keys(s);
   }
-  BELLOWS_CHECK_CONFIG(!spec.path.empty(), fmt::format("data.source is {} but data.path is empty", spec.source),
-                       spec.source == "image_folder" ? "set data.path to the image folder" : "set data.path to the data file");
-  BELLOWS_CHECK_CONFIG(spec.source == "csv" || spec.source == "npy" || spec.window.length == 0,
-                       fmt::format("sliding windows need a csv or npy source, not {}", spec.source),
+}
+
+DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer> stream) {
+  const std::string name = get_string(c, "data.source");
+  const SourceEntry& source = find_source(name);
+  const std::int64_t cv_folds = get_int(c, "data.cv.folds");
+  BELLOWS_CHECK_CONFIG(cv_folds != 1, fmt::format("data.cv.folds is 1 ({})", c.origin("data.cv.folds").str()),
+                       "use 0 (no cross-validation) or 2 and more folds");
+  SourceRequest request;
+  request.config = &c;
+  request.path = get_string(c, "data.path");
+  request.seed = static_cast<std::uint64_t>(get_int(c, "seed"));
+  request.stream = std::move(stream);
+  const std::filesystem::path val_path = get_string(c, "data.val_path");
+  const bool windows = get_int(c, "data.window.length") > 0;
+  BELLOWS_CHECK_CONFIG(!windows || source.read_series,
+                       fmt::format("sliding windows need a csv or npy source, not {}", name),
                        "set data.window.length: 0, or read the series from CSV or NumPy files");
-  out.temporal = spec.window.length > 0 || spec.source == "netcdf";
-  std::shared_ptr<const Dataset> all = open(spec, spec.path);
-  if (spec.cv_folds > 0) return fold_splits(spec, all, out.temporal);
-  if (!spec.val_path.empty()) {
+  BELLOWS_CHECK_CONFIG(!source.needs_path || !request.path.empty(), fmt::format("data.source is {} but data.path is empty", name),
+                       source.path_hint);
+  BELLOWS_CHECK_CONFIG(source.has_val_path || val_path.empty(), fmt::format("data.val_path is set for {} data", name),
+                       fmt::format("{} data splits off data.val_fraction", name));
+
+  DataSplits out;
+  out.temporal = windows || source.temporal;
+  std::shared_ptr<const Dataset> all = open(source, request);
+  out.facts = facts_of(*all);
+  if (cv_folds > 0) return fold_splits(c, all, std::move(out));
+  if (!val_path.empty()) {
     out.train = all;
-    DataSpec val_spec = spec;
-    // A validation folder numbers its classes as training does, even when it lacks one of them.
-    if (const auto* images = dynamic_cast<const ImageFolderDataset*>(all.get())) val_spec.images.classes = images->classes();
-    // Validation text uses the training vocabulary and label order.
-    if (const auto* text = dynamic_cast<const TextPairsDataset*>(all.get())) {
-      val_spec.text.vocabulary = text->shared_tokenizer();
-      val_spec.text.tokenizer = text->tokenizer_path();
-      val_spec.text.labels = text->label_names();
-    }
-    out.val = open(val_spec, spec.val_path);
+    SourceRequest val = request;
+    val.path = val_path;
+    val.like = all.get();  // the same class numbering and vocabulary as the training data
+    out.val = open(source, val);
     return out;
   }
-  const std::string mode = spec.val_split == "auto" ? (out.temporal ? "tail" : "random") : spec.val_split;
-  auto [train, val] = split_indices(all->size(), spec.val_fraction, mode, spec.seed);
+  const std::string split = get_string(c, "data.val_split");
+  const std::string automatic = !source.auto_split.empty() ? source.auto_split : out.temporal ? "tail" : "random";
+  const std::string mode = split == "auto" ? automatic : split;
+  auto [train, val] = split_indices(all->size(), get_double(c, "data.val_fraction"), mode, request.seed);
   if (val.empty()) {
     out.train = all;
     return out;
@@ -159,6 +123,32 @@ DataSplits build_datasets(const DataSpec& spec) {
   out.train = std::make_shared<SubsetDataset>(all, std::move(train), "train");
   out.val = std::make_shared<SubsetDataset>(all, std::move(val), "validation");
   return out;
+}
+
+DataFacts facts_of(const Dataset& dataset) {
+  const Dataset* d = &dataset;
+  while (const auto* subset = dynamic_cast<const SubsetDataset*>(d)) d = &subset->base();
+  for (const auto& source : source_registry()) {
+    if (!source.facts) continue;
+    DataFacts f = source.facts(*d);
+    if (f.classes || f.grid || f.text) {
+      f.source = d->name();
+      return f;
+    }
+  }
+  DataFacts none;
+  none.source = d->name();
+  return none;
+}
+
+DataFacts facts_without_data(const config::Config& c) {
+  if (!c.has("data.source") || !c.has("data.path")) return {};
+  const SourceEntry& source = find_source(get_string(c, "data.source"));
+  SourceRequest request;
+  request.config = &c;
+  request.path = get_string(c, "data.path");
+  if (!source.facts_without_data || (source.needs_path && request.path.empty())) return {};
+  return source.facts_without_data(request);
 }
 
 }  // namespace bellows::data

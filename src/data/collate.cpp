@@ -6,12 +6,11 @@
 #include <fmt/ranges.h>
 
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::data {
 
 namespace {
-
-std::string shape(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 std::string sample_name(const std::function<std::string(std::size_t)>& describe, std::size_t i) {
   return describe ? describe(i) : fmt::format("sample {} of the batch", i);
@@ -39,8 +38,8 @@ Batch collate(const std::vector<Example>& examples, const CollateOptions& option
       const at::Tensor& t = it->second;
       const bool same_rest = t.dim() == t0.dim() && t.dim() > 0 && t.sizes().slice(1) == t0.sizes().slice(1);
       BELLOWS_CHECK_DATA(t.sizes() == t0.sizes() || same_rest,
-                         fmt::format("tensor '{}' of {} has shape {}, but {} has {}", name, sample_name(describe, i), shape(t),
-                                     sample_name(describe, 0), shape(t0)),
+                         fmt::format("tensor '{}' of {} has shape {}, but {} has {}", name, sample_name(describe, i), shape_of(t),
+                                     sample_name(describe, 0), shape_of(t0)),
                          "samples may differ only in their first (sequence) dimension, which is padded");
       BELLOWS_CHECK_DATA(t.scalar_type() == t0.scalar_type(),
                          fmt::format("tensor '{}' of {} is {}, but {} has {}", name, sample_name(describe, i), c10::toString(t.scalar_type()),

@@ -7,6 +7,7 @@
 
 #include "bellows/data/collate.h"
 #include "bellows/util/error.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
 
@@ -40,7 +41,7 @@ Batch Dataset::get_batch(std::span<const std::int64_t> indices, FetchContext& co
   const auto start = std::chrono::steady_clock::now();
   Batch batch = collate(examples, CollateOptions{context.pad_value},
                         [&](std::size_t k) { return describe(indices[k]); });
-  context.times.collate += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  context.times.collate += seconds_since(start);
   return batch;
 }
 

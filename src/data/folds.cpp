@@ -10,6 +10,7 @@
 
 #include "bellows/data/dataset.h"  // defines: mix_seed
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::data {
 
@@ -21,7 +22,7 @@ std::vector<std::int64_t> assign_folds(std::int64_t n, std::int64_t k, std::uint
   std::map<std::int64_t, std::vector<std::int64_t>> groups;
   if (labels.defined()) {
     BELLOWS_CHECK_CONFIG(labels.dim() == 1 && labels.size(0) == n,
-                         fmt::format("stratification labels have shape [{}], expected [{}]", fmt::join(labels.sizes(), ", "), n),
+                         fmt::format("stratification labels have shape {}, expected [{}]", shape_of(labels), n),
                          "pass one class index per sample");
     const at::Tensor l = labels.to(at::kLong).contiguous();
     const auto* p = l.data_ptr<std::int64_t>();

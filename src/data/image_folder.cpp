@@ -20,6 +20,7 @@
 #include "bellows/data/collate.h"      // defines: collate
 #include "bellows/data/image_codec.h"  // defines: decode_image
 #include "bellows/util/check.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
 
@@ -28,10 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // --- options ---
 

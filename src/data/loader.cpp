@@ -8,13 +8,13 @@
 #include <chrono>
 
 #include "bellows/util/check.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::int64_t batch_bytes(const Batch& b) {
   std::int64_t n = 0;

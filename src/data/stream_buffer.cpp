@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::data {
 
@@ -52,9 +53,9 @@ void StreamBuffer::push_many(const std::map<std::string, at::Tensor>& samples) {
                        "push the same named tensors every time");
     const at::Tensor& t = it->second;
     BELLOWS_CHECK_DATA(t.sizes().slice(1) == slot.sizes().slice(1) && t.scalar_type() == slot.scalar_type(),
-                       fmt::format("stream buffer push: tensor '{}' has sample shape [{}] {}, the buffer holds [{}] {}", name,
-                                   fmt::join(t.sizes().slice(1), ", "), c10::toString(t.scalar_type()),
-                                   fmt::join(slot.sizes().slice(1), ", "), c10::toString(slot.scalar_type())),
+                       fmt::format("stream buffer push: tensor '{}' has sample shape {} {}, the buffer holds {} {}", name,
+                                   shape_of(t.sizes().slice(1)), c10::toString(t.scalar_type()),
+                                   shape_of(slot.sizes().slice(1)), c10::toString(slot.scalar_type())),
                        "push samples of one shape and dtype");
   }
   for (std::int64_t row = 0; row < n; ++row) push_locked(lock, samples, row);

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "bellows/util/check.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
 
@@ -47,7 +48,7 @@ Batch TensorDataset::get_batch(std::span<const std::int64_t> indices, FetchConte
   batch.size = static_cast<std::int64_t>(indices.size());
   // A gather per tensor; for memory-mapped arrays this is where pages are read, so it counts as "read".
   for (const auto& [name, t] : tensors_) batch.tensors.emplace(name, cast(t.index_select(0, index), options_.float_dtype));
-  context.times.read += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  context.times.read += seconds_since(start);
   return batch;
 }
 

@@ -21,8 +21,10 @@
 #include <sstream>
 
 #include "bellows/data/subset.h"
+#include "bellows/util/atomic_file.h"  // defines: write_file_atomically
 #include "bellows/util/check.h"
 #include "bellows/util/suggest.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
 namespace fs = std::filesystem;
@@ -30,10 +32,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kBom = "\xEF\xBB\xBF";
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 std::vector<std::string_view> split_tabs(std::string_view line) {
   std::vector<std::string_view> fields;
@@ -152,17 +150,14 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
+// Durably and atomically (util/atomic_file.h); false when it cannot be written.
 bool write_text(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out.good()) return false;
+  try {
+    write_file_atomically(p, text);
+    return true;
+  } catch (const Error&) {
+    return false;
   }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  return !ec;
 }
 
 fs::path user_cache_path(const fs::path& data, const std::string& file_name) {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "bellows/util/atomic_file.h"  // defines: write_file_atomically
 #include "bellows/util/check.h"
 
 namespace bellows::data {
@@ -163,18 +164,7 @@ std::int64_t Tokenizer::id_of(std::string_view piece) const {
 const std::string& Tokenizer::serialized() const { return impl_->serialized; }
 
 void Tokenizer::save(const fs::path& path) const {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(impl_->serialized.data(), static_cast<std::streamsize>(impl_->serialized.size()));
-    out.flush();
-    BELLOWS_CHECK_RESOURCE(out.good(), fmt::format("cannot write tokenizer model {}", tmp.string()),
-                           "check that the folder is writable and the disk is not full");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()),
-                         "check the folder's permissions");
+  write_file_atomically(path, impl_->serialized);
 }
 
 }  // namespace bellows::data

@@ -9,15 +9,13 @@
 #include <chrono>
 #include <vector>
 
-#include "bellows/util/check.h"  // defines: BELLOWS_CHECK_*
+#include "bellows/util/check.h"   // defines: BELLOWS_CHECK_*
+#include "bellows/util/format.h"  // defines: shape_of
+#include "bellows/util/timer.h"   // defines: seconds_since
 
 namespace bellows::data {
 
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
-}
 
 // "train.csv line 1236" and "train.csv line 1299" -> "train.csv line 1236 to line 1299": the second keeps only
 // the last of the words it shares with the first.
@@ -126,7 +124,7 @@ Example WindowDataset::get(std::int64_t index, FetchContext& context) const {
   Example e;
   e.emplace("x", inputs_.narrow(0, row, options_.length).clone());
   if (targets_.defined()) e.emplace("y", targets_.narrow(0, row + options_.length, options_.horizon).clone());
-  context.times.transform += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  context.times.transform += seconds_since(start);
   return e;
 }
 
@@ -147,7 +145,7 @@ Batch WindowDataset::get_batch(std::span<const std::int64_t> indices, FetchConte
   batch.size = batch_size;
   batch.tensors.emplace("x", gather(inputs_, 0, options_.length));
   if (targets_.defined()) batch.tensors.emplace("y", gather(targets_, options_.length, options_.horizon));
-  context.times.transform += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  context.times.transform += seconds_since(start);
   return batch;
 }
 

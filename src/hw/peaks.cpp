@@ -12,6 +12,7 @@
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
 #include "bellows/util/check.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::hw {
 namespace {
@@ -37,7 +38,7 @@ Timing best_time(const std::function<void()>& op, const std::function<void()>& s
       op();
       ++n;
       sync();
-      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      elapsed = seconds_since(start);
     } while (elapsed < window);
     if (elapsed / n < best.seconds_per_op) best = {elapsed / n, n};
     best.ops = std::max(best.ops, n);

@@ -14,15 +14,9 @@
 #include "bellows/data/dataset.h"
 #include "bellows/models/registry.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
-namespace {
-
-std::string shape(at::IntArrayRef sizes) {
-  return fmt::format("[{}]", fmt::join(sizes, ", "));
-}
-
-}  // namespace
 
 at::Tensor make_betas(const std::string& schedule, std::int64_t steps) {
   BELLOWS_CHECK_CONFIG(steps >= 1, fmt::format("diffusion steps {} is not positive", steps),
@@ -83,14 +77,14 @@ at::Tensor DdpmImpl::timestep_embedding(const at::Tensor& t, std::int64_t dim, c
 at::Tensor DdpmImpl::forward(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& context) {
   const auto& o = options_;
   BELLOWS_CHECK_DATA(x_t.dim() == 2 && x_t.size(1) == o.out_features,
-                     fmt::format("ddpm x_t has shape {}, expected [batch, {}]", shape(x_t.sizes()), o.out_features),
+                     fmt::format("ddpm x_t has shape {}, expected [batch, {}]", shape_of(x_t.sizes()), o.out_features),
                      "the data's targets 'y' must have model.out_features values per sample");
   BELLOWS_CHECK_DATA(context.dim() == 2 && context.size(1) == o.context_features && context.size(0) == x_t.size(0),
-                     fmt::format("ddpm context has shape {}, expected [{}, {}]", shape(context.sizes()), x_t.size(0),
+                     fmt::format("ddpm context has shape {}, expected [{}, {}]", shape_of(context.sizes()), x_t.size(0),
                                  o.context_features),
                      "the data's inputs 'x' must have model.context_features values per sample");
   BELLOWS_CHECK_DATA(t.dim() == 1 && t.size(0) == x_t.size(0),
-                     fmt::format("ddpm timesteps have shape {}, expected [{}]", shape(t.sizes()), x_t.size(0)),
+                     fmt::format("ddpm timesteps have shape {}, expected [{}]", shape_of(t.sizes()), x_t.size(0)),
                      "pass one timestep per sample");
   const at::Tensor temb = timestep_embedding(t, o.time_embedding, x_t.scalar_type());
   const at::Tensor c = at::silu(context_encoder_->forward(context));
@@ -119,7 +113,7 @@ at::Tensor DdpmImpl::sample(const at::Tensor& context, const PredictOptions& opt
   const auto& o = options_;
   BELLOWS_CHECK_DATA(context.dim() == 2 && context.size(1) == o.context_features,
                      fmt::format("the contexts have shape {}, the model expects [rows, {}] (model.context_features)",
-                                 shape(context.sizes()), o.context_features),
+                                 shape_of(context.sizes()), o.context_features),
                      "give one row of context values per sample, as in training");
   BELLOWS_CHECK_USAGE(options.samples >= 1, fmt::format("samples is {}, expected >= 1", options.samples),
                       "ask for at least one sample");
@@ -223,7 +217,7 @@ void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
   BELLOWS_CHECK_CONFIG(
       x.dim() == 2 && x.size(1) == o.context_features,
       fmt::format("model.context_features is {} but the data's inputs 'x' have shape {} per sample ({})",
-                  o.context_features, shape(x.sizes().slice(1)), train.name()),
+                  o.context_features, shape_of(x.sizes().slice(1)), train.name()),
       "set model.context_features to the number of context values per sample");
   BELLOWS_CHECK_CONFIG(one.tensors.count("y") > 0,
                        fmt::format("the ddpm needs targets 'y' (the fine values), {} has none", train.name()),
@@ -231,7 +225,7 @@ void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
   const at::Tensor& y = one.at("y");
   BELLOWS_CHECK_CONFIG(y.dim() == 2 && y.size(1) == o.out_features,
                        fmt::format("model.out_features is {} but the data's targets 'y' have shape {} per sample ({})",
-                                   o.out_features, shape(y.sizes().slice(1)), train.name()),
+                                   o.out_features, shape_of(y.sizes().slice(1)), train.name()),
                        "set model.out_features to the number of fine values per sample");
 }
 

@@ -12,8 +12,6 @@
 #include <optional>
 #include <tuple>
 
-#include "bellows/data/netcdf.h"
-#include "bellows/data/subset.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
@@ -200,38 +198,6 @@ at::Tensor GnnImpl::forward(const at::Tensor& x) {
 // --- registration: model "gnn" ---
 namespace {
 
-// The NetCDF dataset behind the training data (through a train/validation subset), if it is one.
-const data::NetcdfDataset* netcdf_of(const data::Dataset* d) {
-  while (d != nullptr) {
-    if (const auto* nc = dynamic_cast<const data::NetcdfDataset*>(d)) return nc;
-    const auto* subset = dynamic_cast<const data::SubsetDataset*>(d);
-    d = subset ? &subset->base() : nullptr;
-  }
-  return nullptr;
-}
-
-// Without training data (a model rebuilt from a checkpoint's config): the coordinates and channels of the
-// file at data.path, read from its header only (no statistics, no values).
-std::shared_ptr<data::NetcdfDataset> open_data_path(const config::Config& c) {
-  if (!c.has("data.path") || !c.has("data.source") || config::get_string(c, "data.source") != "netcdf") return nullptr;
-  data::NetcdfOptions o;
-  o.path = config::get_string(c, "data.path");
-  if (o.path.empty()) return nullptr;
-  const auto string_key = [&](const std::string& key, std::string& out) {
-    if (c.has(key)) out = config::get_string(c, key);
-  };
-  if (c.has("data.netcdf.variables")) o.variables = config::get_string_list(c, "data.netcdf.variables");
-  if (c.has("data.netcdf.targets")) o.targets = config::get_string_list(c, "data.netcdf.targets");
-  string_key("data.netcdf.time_dim", o.time_dim);
-  string_key("data.netcdf.lat_dim", o.lat_dim);
-  string_key("data.netcdf.lon_dim", o.lon_dim);
-  string_key("data.netcdf.level_dim", o.level_dim);
-  o.horizon = 0;  // any file with a time step has a sample; the horizon does not change the grid
-  o.normalize = false;
-  o.memory_limit_bytes = 0;  // read per sample: opening reads the header and coordinates only
-  return data::make_netcdf_dataset(o);
-}
-
 bool same_coordinates(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -251,27 +217,26 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
   o.mesh.levels = config::get_int(c, "model.mesh_levels");
   o.mesh.g2m_radius = config::get_double(c, "model.g2m_radius");
 
-  // --- the grid: model.lat/lon, else the NetCDF training data, else the file at data.path ---
-  std::shared_ptr<data::NetcdfDataset> opened;
-  const data::NetcdfDataset* nc = netcdf_of(context.train.get());
-  if (!nc && !context.train) nc = (opened = open_data_path(c)).get();
-  const std::string source = nc ? nc->name() : context.train ? context.train->name() : std::string("no data");
+  // --- the grid: model.lat/lon, else the data's (its source's facts: the NetCDF file, or its header alone when
+  // the model is rebuilt from a checkpoint's config) ---
+  const data::GridFacts* grid = context.facts.grid ? &*context.facts.grid : nullptr;
+  const std::string source = !context.facts.source.empty() ? context.facts.source : context.train ? context.train->name() : std::string("no data");
   o.lat = config::get_double_list(c, "model.lat");
   o.lon = config::get_double_list(c, "model.lon");
   for (const auto& [key, dim, given, from_data] :
-       {std::tuple{"model.lat", "lat", &o.lat, nc ? &nc->lat() : nullptr}, std::tuple{"model.lon", "lon", &o.lon, nc ? &nc->lon() : nullptr}}) {
+       {std::tuple{"model.lat", "lat", &o.lat, grid ? &grid->lat : nullptr}, std::tuple{"model.lon", "lon", &o.lon, grid ? &grid->lon : nullptr}}) {
     if (given->empty()) {
       BELLOWS_CHECK_CONFIG(from_data != nullptr,
                            fmt::format("model gnn: {} is empty and the grid cannot come from the data ({})", key, source),
                            "train from a NetCDF file (data.source: netcdf, data.path) or set model.lat and model.lon in degrees");
       BELLOWS_CHECK_DATA(!from_data->empty(),
-                         fmt::format("model gnn: {} has no coordinate variable for its {} dimension", nc->name(), dim),
+                         fmt::format("model gnn: {} has no coordinate variable for its {} dimension", source, dim),
                          fmt::format("add the coordinate variable to the file, or set {} in degrees", key));
       *given = *from_data;
     } else if (from_data != nullptr) {
       BELLOWS_CHECK_CONFIG(same_coordinates(*given, *from_data),
                            fmt::format("model gnn: {} ({} values) differs from the data's coordinates ({} values, {})", key,
-                                       given->size(), from_data->size(), nc->name()),
+                                       given->size(), from_data->size(), source),
                            fmt::format("remove {} to take the grid from the data", key));
     }
   }
@@ -281,9 +246,9 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
   std::vector<std::string> in_names, out_names;
   o.in_channels = in_key;
   o.out_channels = out_key;
-  if (nc) {
-    in_names = nc->input_channels();
-    out_names = nc->target_channels();
+  if (grid) {
+    in_names = grid->input_channels;
+    out_names = grid->target_channels;
   } else if (context.train) {
     const data::Batch one = data::first_sample(*context.train);
     BELLOWS_CHECK_CONFIG(one.at("x").dim() == 4 && (!one.tensors.count("y") || one.at("y").dim() == 4),
@@ -293,11 +258,11 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
     if (in_key == 0) o.in_channels = one.at("x").size(1);
     if (out_key == 0 && one.tensors.count("y")) o.out_channels = one.at("y").size(1);
   }
-  if (nc) {
+  if (grid) {
     const auto n_in = static_cast<std::int64_t>(in_names.size()), n_out = static_cast<std::int64_t>(out_names.size());
     BELLOWS_CHECK_CONFIG((in_key == 0 || in_key == n_in) && (out_key == 0 || out_key == n_out),
                          fmt::format("model.in_channels {} / model.out_channels {}, but the data has {} -> {} channels ({})", in_key,
-                                     out_key, n_in, n_out, nc->name()),
+                                     out_key, n_in, n_out, source),
                          "set them to 0 to take the channels from the data");
     o.in_channels = n_in;
     o.out_channels = n_out;

@@ -12,8 +12,6 @@
 #include <cmath>
 #include <optional>
 
-#include "bellows/data/image_folder.h"
-#include "bellows/data/subset.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
@@ -161,20 +159,10 @@ std::vector<std::string> ResNetImpl::checkpoint_blocks() const {
 
 namespace {
 
-// The image folder behind a dataset (directly or under train/validation subsets), if any.
-const data::ImageFolderDataset* image_folder_of(const data::Dataset* dataset) {
-  while (dataset != nullptr) {
-    if (const auto* images = dynamic_cast<const data::ImageFolderDataset*>(dataset)) return images;
-    const auto* subset = dynamic_cast<const data::SubsetDataset*>(dataset);
-    dataset = subset ? &subset->base() : nullptr;
-  }
-  return nullptr;
-}
-
 // The model's input channels and class count against the training data: clear errors before the first step
 // instead of a shape mismatch inside a convolution or an out-of-range target inside the loss. model.num_classes 0
 // takes the data's class count.
-void check_against_data(ResNetOptions& o, const config::Config& c, const data::Dataset& train) {
+void check_against_data(ResNetOptions& o, const config::Config& c, const data::Dataset& train, const data::DataFacts& facts) {
   if (train.size() > 0) {
     const data::Batch one = data::first_sample(train);
     const at::Tensor& x = one.at("x");
@@ -187,11 +175,11 @@ void check_against_data(ResNetOptions& o, const config::Config& c, const data::D
                                      o.in_channels, c.origin("model.in_channels").str(), train.name(), x.size(1)),
                          fmt::format("set model.in_channels: {} (or change data.images.channels)", x.size(1)));
   }
-  std::optional<std::int64_t> exact;  // the class list of an image folder
+  std::optional<std::int64_t> exact;  // the source's class list (an image folder's)
   std::int64_t at_least = 0;          // 1 + the largest label, from class_labels()
   std::string origin = train.name();
-  if (const auto* images = image_folder_of(&train)) {
-    exact = static_cast<std::int64_t>(images->classes().size());
+  if (facts.classes) {
+    exact = static_cast<std::int64_t>(facts.classes->size());
   } else if (const at::Tensor labels = train.class_labels(); labels.defined() && labels.numel() > 0) {
     at_least = labels.max().item<std::int64_t>() + 1;
   }
@@ -246,7 +234,7 @@ ModelEntry resnet_entry() {
     o.stem = config::get_string(c, "model.stem");
     o.zero_init_residual = config::get_bool(c, "model.zero_init_residual");
     if (context.train) {
-      check_against_data(o, c, *context.train);
+      check_against_data(o, c, *context.train, context.facts);
     } else {
       BELLOWS_CHECK_CONFIG(o.num_classes > 0,
                            "model.num_classes is 0 (from the data), but the model is built without data",

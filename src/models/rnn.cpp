@@ -8,13 +8,10 @@
 
 #include "bellows/data/batch.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
-}
 
 // Regression and classification over (x, lengths); the losses and metrics are those of tasks.cpp.
 class SequenceTask final : public Task {

@@ -7,17 +7,14 @@
 
 #include <map>
 
-#include "bellows/ckpt/safetensors.h"   // defines: read_safetensors
-#include "bellows/data/text_pairs.h"    // defines: find_text_pairs
 #include "bellows/models/registry.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
 namespace {
 
 constexpr std::string_view kEncoderPrefix = "encoder.";
-
-std::string shape_of(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 }  // namespace
 
@@ -148,45 +145,6 @@ at::Tensor TextPairClassifierImpl::forward(const at::Tensor& tokens, const at::T
   return forward_embedded(embedded, mask);
 }
 
-// --- encoder weights by name ---
-
-std::vector<std::string> load_encoder_weights(TextPairClassifierImpl& model, const std::filesystem::path& file, bool strict) {
-  const std::map<std::string, at::Tensor> stored = ckpt::read_safetensors(file);
-  bool prefixed = false;
-  for (const auto& [name, t] : stored) prefixed = prefixed || name.starts_with(kEncoderPrefix);
-  std::map<std::string, at::Tensor> tensors;
-  for (const auto& [name, t] : stored) {
-    if (!prefixed) tensors.emplace(name, t);
-    else if (name.starts_with(kEncoderPrefix)) tensors.emplace(name.substr(kEncoderPrefix.size()), t);
-  }
-  std::map<std::string, at::Tensor> targets;
-  for (const auto& item : model.encoder()->named_parameters(/*recurse=*/true)) targets.emplace(item.key(), item.value());
-  for (const auto& item : model.encoder()->named_buffers(/*recurse=*/true)) targets.emplace(item.key(), item.value());
-  std::vector<std::string> differences;
-  for (const auto& [name, target] : targets) {
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) {
-      differences.push_back(fmt::format("{}: missing from the file", name));
-    } else if (it->second.sizes() != target.sizes()) {
-      differences.push_back(fmt::format("{}: shape {} in the file, {} in the encoder", name, shape_of(it->second), shape_of(target)));
-    }
-  }
-  for (const auto& [name, t] : tensors) {
-    if (!targets.count(name)) differences.push_back(fmt::format("{}: in the file, not in the encoder", name));
-  }
-  BELLOWS_CHECK_DATA(!strict || differences.empty(),
-                     fmt::format("encoder weights {} do not fit the encoder ({} differences): {}", file.string(), differences.size(),
-                                 fmt::join(differences, "; ")),
-                     "export them from a run with the same model sizes and the same tokenizer (bellows ckpt export), or set "
-                     "model.encoder_weights_strict: false to load what matches");
-  at::NoGradGuard no_grad;
-  for (auto& [name, target] : targets) {
-    const auto it = tensors.find(name);
-    if (it != tensors.end() && it->second.sizes() == target.sizes()) target.copy_(it->second);
-  }
-  return differences;
-}
-
 namespace {
 
 // Cross-entropy over the pair's logits; accuracy is the monitored metric.
@@ -257,16 +215,15 @@ ModelEntry text_pair_entry() {
     const std::int64_t vocab = config::get_int(c, "model.vocab_size");
     const std::int64_t classes = config::get_int(c, "model.num_classes");
     const std::int64_t max_len = config::get_int(c, "model.max_len");
-    const data::TextPairsDataset* text = context.train ? data::find_text_pairs(*context.train) : nullptr;
-    if (text) {
-      o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size(), "tokenizer vocabulary size");
-      o.num_classes = from_data(c, "model.num_classes", classes, text->num_classes(), "number of labels");
-      o.pad_id = text->pad_id();
-      o.encoder.max_len = max_len == 0 ? text->max_len() : max_len;
-      BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len(),
+    if (const auto& text = context.facts.text) {  // tokenised text data: its vocabulary, labels and length
+      o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size, "tokenizer vocabulary size");
+      o.num_classes = from_data(c, "model.num_classes", classes, text->num_classes, "number of labels");
+      o.pad_id = text->pad_id;
+      o.encoder.max_len = max_len == 0 ? text->max_len : max_len;
+      BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len,
                            fmt::format("model.max_len is {} ({}) but data.text.max_len allows {} tokens", max_len,
-                                       c.origin("model.max_len").str(), text->max_len()),
-                           fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len()));
+                                       c.origin("model.max_len").str(), text->max_len),
+                           fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len));
     } else {
       BELLOWS_CHECK_CONFIG(vocab > 0 && classes > 0,
                            fmt::format("model text_pair without text_pairs data needs model.vocab_size and model.num_classes "
@@ -278,11 +235,14 @@ ModelEntry text_pair_entry() {
       o.encoder.max_len = max_len == 0 ? 128 : max_len;
     }
     auto module = std::make_shared<TextPairClassifierImpl>(o);
-    if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
-      load_encoder_weights(*module, weights, config::get_bool(c, "model.encoder_weights_strict"));
-    }
     if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
-    return BuiltModel{module, std::make_shared<TextPairTask>()};
+    BuiltModel built{module, std::make_shared<TextPairTask>()};
+    if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
+      // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
+      built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",
+                               "model.encoder_weights_strict"});
+    }
+    return built;
   };
   return e;
 }

@@ -11,13 +11,10 @@
 #include "bellows/models/registry.h"
 #include "bellows/models/rnn.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
-}
 
 void check_encoder_options(const TransformerEncoderOptions& o) {
   BELLOWS_CHECK_CONFIG(o.d_model > 0 && o.heads > 0 && o.layers > 0 && o.ff > 0,

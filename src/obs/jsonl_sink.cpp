@@ -27,6 +27,19 @@ void JsonlSink::write_line(const std::string& line) {
                          "check free disk space");
 }
 
+void JsonlSink::on_run_start(const RunStart& start) {
+  nlohmann::json header = nlohmann::json::object();
+  for (const auto& [k, v] : start.header) header[k] = v;
+  write_line(nlohmann::json({{"type", "start"},
+                             {"run", start.run_name},
+                             {"dir", start.run_dir},
+                             {"epochs", start.epochs},
+                             {"batches_per_epoch", start.batches_per_epoch},
+                             {"total_steps", start.total_steps},
+                             {"header", header}})
+                 .dump());
+}
+
 void JsonlSink::on_step(const StepRecord& r) {
   nlohmann::json j = {{"type", "train"},       {"step", r.step},
                       {"epoch", r.epoch},      {"batch", r.batch_in_epoch},

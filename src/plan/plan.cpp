@@ -1,9 +1,12 @@
 // Resolves a PlanRequest against the hardware report; see plan.h.
 #include "bellows/plan/plan.h"
 
+#include "bellows/precision/precision.h"
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -65,9 +68,9 @@ void resolve_device(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& pl
 }
 
 void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
-  static const std::vector<std::string> kNames = {"auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"};
-  BELLOWS_CHECK_CONFIG(std::find(kNames.begin(), kNames.end(), req.precision) != kNames.end(),
-                       fmt::format("precision is '{}', expected one of auto, fp32, tf32, bf16-mixed, fp16-mixed", req.precision),
+  const auto& names = precision::precision_names();  // the policies' one table (precision/precision.h)
+  BELLOWS_CHECK_CONFIG(req.precision == "auto" || std::find(names.begin(), names.end(), req.precision) != names.end(),
+                       fmt::format("precision is '{}', expected one of auto, {}", req.precision, fmt::join(names, ", ")),
                        "pick one of those");
   const bool cuda = plan.device.is_cuda();
   if (req.precision != "auto") {

@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <optional>
 
@@ -105,7 +106,7 @@ std::unique_ptr<Precision> make_precision(const std::string& name, c10::Device d
   for (const PolicySpec& spec : kPolicies) {
     if (name == spec.name) return std::make_unique<Policy>(spec, device, scaler_options);
   }
-  const std::string valid = "fp32, tf32, bf16-mixed, fp16-mixed";
+  const std::string valid = fmt::format("{}", fmt::join(precision_names(), ", "));
   BELLOWS_CHECK_CONFIG(name != "auto", "precision 'auto' reached make_precision unresolved",
                        "resolve the plan first (plan::resolve turns auto into one of: " + valid + ")");
   const auto close = closest_match(name, precision_names());

@@ -9,34 +9,44 @@
 #include <fmt/ranges.h>
 
 #include "bellows/util/check.h"
+#include "bellows/util/module_tensors.h"  // defines: named_state
 
 namespace bellows::train {
 
 std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& p : model.named_parameters(/*recurse=*/true)) out.emplace(p.key(), p.value().detach());
-  for (const auto& b : model.named_buffers(/*recurse=*/true)) out.emplace(b.key(), b.value().detach());
+  for (const auto& [name, t] : named_state(model)) out.emplace(name, t.detach());
   return out;
 }
 
 std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std::map<std::string, at::Tensor>& tensors, bool strict) {
-  std::map<std::string, at::Tensor> targets = model_tensors(model);
+  TensorLoadOptions options;
+  options.strict = strict;
+  return load_model_tensors(model, tensors, options);
+}
+
+std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std::map<std::string, at::Tensor>& tensors,
+                                            const TensorLoadOptions& o) {
+  std::map<std::string, at::Tensor> targets;  // relative to the prefix
+  for (auto& [name, t] : model_tensors(model)) {
+    if (name.starts_with(o.prefix)) targets.emplace(name.substr(o.prefix.size()), t);
+  }
   std::vector<std::string> differences;
   for (const auto& [name, target] : targets) {
     auto it = tensors.find(name);
     if (it == tensors.end()) {
-      differences.push_back(fmt::format("{}: missing from the checkpoint", name));
+      differences.push_back(fmt::format("{}: missing from {}", name, o.source));
     } else if (it->second.sizes() != target.sizes()) {
-      differences.push_back(fmt::format("{}: shape [{}] in the checkpoint, [{}] in the model", name, fmt::join(it->second.sizes(), ", "),
-                                        fmt::join(target.sizes(), ", ")));
+      differences.push_back(fmt::format("{}: shape [{}] in {}, [{}] in {}", name, fmt::join(it->second.sizes(), ", "), o.source,
+                                        fmt::join(target.sizes(), ", "), o.target));
     }
   }
   for (const auto& [name, t] : tensors) {
-    if (!targets.count(name)) differences.push_back(fmt::format("{}: in the checkpoint, not in the model", name));
+    if (!targets.count(name)) differences.push_back(fmt::format("{}: in {}, not in {}", name, o.source, o.target));
   }
-  BELLOWS_CHECK_DATA(!strict || differences.empty(),
-                     fmt::format("the checkpoint does not fit the model ({} differences): {}", differences.size(), fmt::join(differences, "; ")),
-                     "resume with the same model configuration, or load with strict: false to take what matches");
+  BELLOWS_CHECK_DATA(!o.strict || differences.empty(),
+                     fmt::format("{} does not fit {} ({} differences): {}", o.subject.empty() ? o.source : o.subject, o.target, differences.size(), fmt::join(differences, "; ")),
+                     o.hint);
   c10::NoGradGuard no_grad;
   for (auto& [name, target] : targets) {
     auto it = tensors.find(name);

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::train {
 namespace {
@@ -136,9 +137,8 @@ void Ema::load_state_dict(const StateDict& state) {
     const std::string key = "weights." + e.name;
     const at::Tensor& t = get_tensor(state, key);
     BELLOWS_CHECK_DATA(t.defined() && t.sizes() == e.ema.sizes(),
-                       fmt::format("EMA state entry '{}' has shape [{}], the model's tensor has shape [{}]", key,
-                                   t.defined() ? fmt::format("{}", fmt::join(t.sizes(), ", ")) : "undefined",
-                                   fmt::join(e.ema.sizes(), ", ")),
+                       fmt::format("EMA state entry '{}' has shape {}, the model's tensor has shape {}", key,
+                                   shape_of(t), shape_of(e.ema)),
                        hint);
     values.push_back(&t);
   }

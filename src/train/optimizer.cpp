@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 #include "bellows/util/suggest.h"
 
 namespace bellows::train {
@@ -61,10 +62,6 @@ bool no_decay(const std::string& name, const at::Tensor& p, const std::vector<st
   if (p.dim() <= 1) return true;
   return std::any_of(patterns.begin(), patterns.end(),
                      [&](const std::string& pat) { return !pat.empty() && name.find(pat) != std::string::npos; });
-}
-
-std::string shape_of(const at::Tensor& t) {
-  return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
 }
 
 // Indices of `active` grouped by (device, dtype): the fused kernels and the foreach fast paths want one

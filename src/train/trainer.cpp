@@ -1,4 +1,4 @@
-// The training loop. Trainer::fit reads top to bottom as the story of a step (ARCHITECTURE.md): fetch
+// The training loop. Trainer::fit reads top to bottom as the story of a step (docs/architecture.md): fetch
 // micro-batches, forward under autocast, backward through the precision policy, unscale, clip, step
 // (skipped on non-finite gradients), schedule, EMA, meters, evaluation.
 #include "bellows/train/trainer.h"
@@ -17,23 +17,13 @@
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
+#include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
+#include "bellows/util/timer.h"           // defines: seconds_since
 
 namespace bellows::train {
 namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-NamedParameters named_parameters(torch::nn::Module& model) {
-  NamedParameters out;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
-  return out;
-}
-
-NamedParameters named_state(torch::nn::Module& model) {
-  NamedParameters out = named_parameters(model);
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
-  return out;
-}
 
 data::Batch to_device(const data::Batch& batch, const TrainerOptions& options) {
   data::Batch b = batch.to(options.device, options.non_blocking);
@@ -102,11 +92,11 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
       if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
     }
   }
-  if (!options_.freeze.empty()) frozen_ = freeze(named_parameters(*model_), options_.freeze);
+  if (!options_.freeze.empty()) frozen_ = freeze(bellows::named_parameters(*model_), options_.freeze);
   precision_ = precision::make_precision(options_.precision, options_.device, options_.scaler);
   precision_->configure_backends();
-  optimizer_ = std::make_unique<Optimizer>(named_parameters(*model_), options_.optimizer);
-  if (options_.ema) ema_ = std::make_unique<Ema>(named_state(*model_), *options_.ema);
+  optimizer_ = std::make_unique<Optimizer>(bellows::named_parameters(*model_), options_.optimizer);
+  if (options_.ema) ema_ = std::make_unique<Ema>(bellows::named_state(*model_), *options_.ema);
 }
 
 void Trainer::message(const std::string& text) {
@@ -225,7 +215,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   const std::vector<at::Tensor> params = optimizer_->parameters();
   const std::string monitor = task_->monitor();
   Window window;
-  StepProfiler profiler(options_.profile);
+  obs::StepProfiler profiler(options_.profile);
   model_->train();
   bool done = step_ >= planned;
 
@@ -420,15 +410,6 @@ void Trainer::load_state_dict(const StateDict& state) {
   samples_ = get_int(state, "counters.samples");
 }
 
-namespace {
-// A copy in host memory that nothing else writes to: the background writer reads it while training goes on.
-std::map<std::string, at::Tensor> host_copies(const std::map<std::string, at::Tensor>& tensors) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, t] : tensors) out.emplace(name, t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
-  return out;
-}
-}  // namespace
-
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
   BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
   finish_checkpoint_write();  // one write at a time; a failed one raises here
@@ -437,11 +418,12 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const s
   ckpt::Checkpoint c;
   c.step = step_;
   c.epoch = epoch_;
-  c.model = host_copies(model_tensors(*model_));
+  // to_host copies: the background writer reads them while training goes on.
+  c.model = to_host(model_tensors(*model_));
   StateDict state = state_dict();
   merge_prefixed(state, "data", train.state_dict());
   merge_prefixed(state, "rng", rng_state());
-  c.state = host_copies(state);
+  c.state = to_host(state);
   c.info = options_.checkpoint_info;
   c.info["reason"] = reason;
   c.info["precision"] = options_.precision;
@@ -458,10 +440,10 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const s
   const double copy_ms = 1e3 * (now_s() - start_s);
   // --- on a background thread: the files, fsyncs, rename, pruning ---
   pending_write_ = std::async(std::launch::async, [c = std::move(c), dir = options_.checkpoint.dir, keep_last = options_.checkpoint.keep_last, keep] {
-    const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    const auto t0 = std::chrono::steady_clock::now();
     ckpt::save_checkpoint(dir, c);
     ckpt::prune_checkpoints(dir, keep_last, keep);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+    return seconds_since(t0);
   });
   pending_note_ = fmt::format("checkpoint {} ({}, step {}): the step waited {:.1f} ms for the host copy", path.string(), reason, step_, copy_ms);
   last_checkpoint_s_ = now_s();

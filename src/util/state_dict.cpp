@@ -65,4 +65,16 @@ StateDict sub_dict(const StateDict& dict, const std::string& prefix) {
   return out;
 }
 
+StateDict to_host(const StateDict& dict, bool copy) {
+  StateDict out;
+  const auto cpu = at::TensorOptions().device(at::kCPU);
+  for (const auto& [name, t] : dict) {
+    // to() aliases a CPU tensor whose suggested format is already contiguous even when its strides are not
+    // (a transposed matrix), hence the explicit contiguous().
+    const at::Tensor host = t.detach().to(cpu, /*non_blocking=*/false, copy, at::MemoryFormat::Contiguous);
+    out.emplace(name, host.is_contiguous() ? host : host.contiguous());
+  }
+  return out;
+}
+
 }  // namespace bellows

@@ -165,9 +165,19 @@ TEST(TrainCli, InitWeightsAndAPrecisionSwitchOnResume) {
   const Result init = run(base + " --name init init_weights=" + (out / "w.safetensors").string());
   ASSERT_EQ(init.code, 0) << init.err;
   EXPECT_NE(init.out.find("loaded weights from"), std::string::npos) << init.out;
+  // Messages from before the run starts reach metrics.jsonl too, and so do the plan's rows.
+  bool message_recorded = false, plan_recorded = false;
+  std::ifstream init_metrics(out / "init" / "metrics.jsonl");
+  for (std::string line; std::getline(init_metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "message" && j["text"].get<std::string>().starts_with("loaded weights from")) message_recorded = true;
+    if (j["type"] == "start" && j["header"].contains("precision") && j["header"].contains("checkpointing")) plan_recorded = true;
+  }
+  EXPECT_TRUE(message_recorded);
+  EXPECT_TRUE(plan_recorded);
   const Result wrong = run(base + " --name wrong model.hidden=[32] init_weights=" + (out / "w.safetensors").string());
   EXPECT_EQ(wrong.code, 3) << wrong.err;
-  EXPECT_NE(wrong.err.find("in the checkpoint, [32, 64] in the model"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("in the file, [32, 64] in the model"), std::string::npos) << wrong.err;
   // Resuming an fp32 checkpoint under bf16-mixed continues with a warning.
   const Result switched = run("train --output-dir " + out.string() + " threads=1 train.max_steps=40 train.log_every_n_steps=10"
                               " precision=bf16-mixed --resume " + first.string());

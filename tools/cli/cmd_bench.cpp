@@ -6,8 +6,9 @@
 #include <iostream>
 
 #include "bellows/hw/hardware_info.h"
-#include "bellows/train/bench_data.h"
-#include "bellows/train/run.h"
+#include "bellows/app/bench_data.h"
+#include "bellows/app/run.h"
+#include "bellows/app/schema.h"
 #include "bellows/util/check.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -46,7 +47,7 @@ Action register_bench(CLI::App& app) {
   bench->require_subcommand(1);
   return [data]() {
     if (!data->parsed()) return -1;
-    train::DataBenchOptions options;
+    app::DataBenchOptions options;
     bool json = false;
     std::vector<std::string> rest;
     const std::vector<std::string> args = data->remaining();
@@ -69,10 +70,10 @@ Action register_bench(CLI::App& app) {
       file = rest[0];
       rest.erase(rest.begin());
     }
-    const config::Config config = train::resolve_config(file, rest);
-    const plan::Plan plan = plan::resolve(train::plan_request(config), hw::HardwareInfo::get());
+    const config::Config config = app::resolve_config(file, rest);
+    const plan::Plan plan = plan::resolve(app::plan_request(config), hw::HardwareInfo::get());
     plan::apply(plan);
-    const train::DataBenchReport report = train::bench_data(config, plan, options);
+    const app::DataBenchReport report = app::bench_data(config, plan, options);
     std::cout << (json ? report.to_json() : report.table());
     return kExitOk;
   };

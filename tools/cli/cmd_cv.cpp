@@ -7,7 +7,8 @@
 #include <csignal>
 #include <iostream>
 
-#include "bellows/train/cv.h"
+#include "bellows/app/cv.h"
+#include "bellows/app/schema.h"
 #include "bellows/util/check.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -65,14 +66,14 @@ Action register_cv(CLI::App& app) {
       file = args[0];
       args.erase(args.begin());
     }
-    const config::Config config = train::resolve_config(file, args);
+    const config::Config config = app::resolve_config(file, args);
     if (!k) k = config::get_int(config, "data.cv.folds") > 0 ? config::get_int(config, "data.cv.folds") : 5;
     std::signal(SIGINT, on_cv_stop_signal);
     std::signal(SIGTERM, on_cv_stop_signal);
-    train::RunOptions options;
+    app::RunOptions options;
     options.stop_flag = &g_stop;
-    const train::CvSummary summary = train::cross_validate(config, *k, options);
-    std::cout << "\n" << train::cv_table(summary) << std::flush;
+    const app::CvSummary summary = app::cross_validate(config, *k, options);
+    std::cout << "\n" << app::cv_table(summary) << std::flush;
     if (summary.interrupted) {
       std::cerr << "bellows: cross-validation interrupted in fold " << summary.results.size() << "; completed folds are in "
                 << summary.dir.string() << "\n";

@@ -16,10 +16,10 @@
 #include "bellows/ckpt/inspect.h"
 #include "bellows/data/npy.h"
 #include "bellows/hw/hardware_info.h"
-#include "bellows/models/registry.h"
 #include "bellows/plan/plan.h"
 #include "bellows/train/checkpointing.h"
-#include "bellows/train/run.h"
+#include "bellows/app/model_setup.h"
+#include "bellows/app/schema.h"
 #include "bellows/util/check.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -122,11 +122,12 @@ int run_predict(const PredictArgs& a) {
                      fmt::format("{} has no config in its manifest", path.string()),
                      "predict needs a checkpoint written by `bellows train` (its manifest holds the run's config)");
   config::Config c = config::Config::parse(cp.info["config"].get<std::string>(), (path / ckpt::kManifestFile).string());
-  const std::string model_name = c.has("model.name") ? c.node("model.name").as<std::string>() : std::string("mlp");
-  train::run_schema(model_name).validate(c);
+  app::validate_run_config(c);
+  const std::string model_name = config::get_string(c, "model.name");
 
-  // --- model: rebuilt through the registry, weights loaded, on the device ---
-  models::BuiltModel built = models::find_model(model_name).build(c, {});
+  // --- model: rebuilt through the registry (what it needs of the data from the source's header), weights
+  // loaded, on the device ---
+  models::BuiltModel built = app::build_model(c, app::model_context_without_data(c));
   const auto [weights, use_ema] = checkpoint_weights(cp, path, a);
   train::load_model_tensors(*built.module, weights, /*strict=*/true);
   plan::PlanRequest request;

@@ -1,14 +1,15 @@
 // `bellows train [CONFIG] [key=value | --flag value ...]`: trains from a config (or the embedded demo),
 // writing runs/<name>/. Ctrl-C (SIGINT) or SIGTERM stops at the next step boundary with a clean message.
-// A CONFIG with a top-level `pipeline:` list trains several runs in order (train/pipeline.h).
+// A CONFIG with a top-level `pipeline:` list trains several runs in order (app/pipeline.h).
 // `bellows config show [CONFIG] [overrides]`: prints the resolved configuration.
 #include <fmt/format.h>
 
 #include <csignal>
 #include <iostream>
 
-#include "bellows/train/pipeline.h"
-#include "bellows/train/run.h"
+#include "bellows/app/pipeline.h"
+#include "bellows/app/run.h"
+#include "bellows/app/schema.h"
 #include "command.h"
 #include "exit_codes.h"
 
@@ -81,19 +82,19 @@ Action register_train(CLI::App& app) {
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_args(cmd->remaining());
-    train::RunOptions options;
+    app::RunOptions options;
     options.stop_flag = &g_stop;
-    train::RunResult result;
-    if (file && train::is_pipeline_file(*file)) {  // several runs, one after another (train/pipeline.h)
-      train::pipeline_stages(*file);               // a malformed pipeline fails before signals are taken
+    app::RunResult result;
+    if (file && app::is_pipeline_file(*file)) {  // several runs, one after another (app/pipeline.h)
+      app::pipeline_stages(*file);               // a malformed pipeline fails before signals are taken
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);
-      result = train::run_pipeline(*file, overrides, options).back().run;
+      result = app::run_pipeline(*file, overrides, options).back().run;
     } else {
-      const config::Config config = train::resolve_config(file, overrides);
+      const config::Config config = app::resolve_config(file, overrides);
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);
-      result = train::run(config, options);
+      result = app::run(config, options);
     }
     if (result.fit.interrupted) {
       if (!result.fit.checkpoint.empty()) {
@@ -122,11 +123,11 @@ Action register_config(CLI::App& app) {
   return [show, keys, model]() {
     if (show->parsed()) {
       auto [file, overrides] = split_args(show->remaining());
-      std::cout << train::resolve_config(file, overrides).to_yaml();
+      std::cout << app::resolve_config(file, overrides).to_yaml();
       return kExitOk;
     }
     if (keys->parsed()) {
-      std::cout << describe_keys(train::run_schema(*model));
+      std::cout << describe_keys(app::run_schema(*model));
       return kExitOk;
     }
     return -1;

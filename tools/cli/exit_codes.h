@@ -1,4 +1,4 @@
-// The CLI's exit codes (ARCHITECTURE.md): the only place where errors become process exit statuses.
+// The CLI's exit codes (docs/architecture.md): the only place where errors become process exit statuses.
 #pragma once
 
 #include "bellows/util/error.h"  // defines: ErrorKind

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bellows/data/dataset.h"  // mix_seed
+#include "bellows/util/atomic_file.h"  // defines: write_file_atomically
 #include "bellows/util/check.h"
 #include "generators.h"
 
@@ -129,15 +130,9 @@ std::vector<Pair> draw(std::uint64_t seed, std::int64_t count, std::set<std::pai
 }
 
 void write_tsv(const fs::path& path, const std::vector<Pair>& pairs) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << "premise\thypothesis\tlabel\n";
-    for (const auto& p : pairs) out << p.premise << '\t' << p.hypothesis << '\t' << kLabels[p.label] << '\n';
-    out.flush();
-    BELLOWS_CHECK_RESOURCE(out.good(), fmt::format("writing {} failed", tmp.string()), "check the output directory and free disk space");
-  }
-  fs::rename(tmp, path);
+  std::string text = "premise\thypothesis\tlabel\n";
+  for (const auto& p : pairs) text += fmt::format("{}\t{}\t{}\n", p.premise, p.hypothesis, kLabels[p.label]);
+  write_file_atomically(path, text);  // kResource error naming the file when it cannot be written
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "bellows/data/dataset.h"  // mix_seed
 #include "bellows/data/npy.h"      // write_npy
+#include "bellows/util/atomic_file.h"  // defines: AtomicFileWriter
 #include "bellows/util/check.h"
 #include "generators.h"
 
@@ -47,28 +48,22 @@ void write_table(const fs::path& path, std::int64_t rows, std::uint64_t seed) {
   at::Tensor y = x.matmul(a) / 8 + at::tanh(x.matmul(w1) / 3).matmul(w2);
   y = (y - y.mean()) / y.std() + at::randn({rows}, g, at::kDouble) * 0.05;
 
-  const fs::path tmp = path.string() + ".tmp";
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  BELLOWS_CHECK_RESOURCE(file != nullptr, fmt::format("cannot create {}", tmp.string()), "check the output directory");
+  AtomicFileWriter file(path);  // kResource errors name the file; a failed write leaves no partial one
   fmt::memory_buffer line;
   for (std::int64_t f = 0; f < kTableFeatures; ++f) fmt::format_to(std::back_inserter(line), "f{},", f);
   fmt::format_to(std::back_inserter(line), "y\n");
   const double* xs = x.const_data_ptr<double>();
   const double* ys = y.const_data_ptr<double>();
-  bool ok = true;
-  for (std::int64_t r = 0; r < rows && ok; ++r) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t f = 0; f < kTableFeatures; ++f)
       fmt::format_to(std::back_inserter(line), "{:.4f},", xs[r * kTableFeatures + f]);
     fmt::format_to(std::back_inserter(line), "{:.5f}\n", ys[r]);
     if (line.size() > (1 << 20) || r + 1 == rows) {
-      ok = std::fwrite(line.data(), 1, line.size(), file.get()) == line.size();
+      file.write(line.data(), line.size());
       line.clear();
     }
   }
-  ok = ok && std::fflush(file.get()) == 0;
-  file.reset();
-  BELLOWS_CHECK_RESOURCE(ok, fmt::format("writing {} failed", tmp.string()), "check free disk space");
-  fs::rename(tmp, path);
+  file.commit();
 }
 
 // --- series.npy ---

@@ -1,4 +1,4 @@
-// The checkpoint directory format (ARCHITECTURE.md, "Files on disk"):
+// The checkpoint directory format (docs/architecture.md, "Files on disk"):
 //
 //   <checkpoints>/step-000001234/
 //     model.safetensors   parameters and buffers by name: standard safetensors, readable by Python

@@ -60,8 +60,9 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
 std::string safetensors_bytes(const std::map<std::string, at::Tensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
-// Writes safetensors_bytes() to `path` (streamed: the data are not copied into one buffer) and fsyncs it. The
-// caller renames/fsyncs directories for atomicity; a failed write removes the partial file (kResource error).
+// Writes safetensors_bytes() to `path` (streamed: the data are not copied into one buffer), durably and
+// atomically (util/atomic_file.h: a temporary file beside it, fsynced, renamed over `path`, the directory
+// fsynced). A failed write leaves `path` as it was and no temporary file (kResource error).
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

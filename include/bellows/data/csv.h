@@ -1,6 +1,6 @@
 // CSV/TSV tables read into memory as tensors: "x" (float32 features) and "y" (targets), with categorical and
 // integer columns, a policy for missing values, and errors that name the file, line and column of bad input.
-// make_csv_dataset wraps the table in a TensorDataset whose describe(i) is "<path> line <L>".
+// The Dataset over such a table is in csv_dataset.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,11 +9,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
-
-#include "bellows/data/dataset.h"  // defines: Dataset
 
 namespace bellows::data {
 
@@ -46,9 +43,5 @@ struct CsvTable {
 // fields may hold delimiters and "" escapes but not line breaks (a quote left open at the line end is an error).
 // Bad input is a kData error naming the file, line and column; inconsistent options are kConfig errors.
 CsvTable read_csv(const CsvOptions& options);
-
-// A TensorDataset over read_csv's table, named "csv <path> (<N> rows, <F> features)", with describe(i) =
-// "<path> line <L>".
-std::shared_ptr<Dataset> make_csv_dataset(const CsvOptions& options);
 
 }  // namespace bellows::data

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "bellows/data/batch.h"  // defines: Batch
 
@@ -70,6 +72,26 @@ class Dataset {
   // The class label (int64 [size()]) of every sample, when the dataset knows them without loading the
   // samples (a weighted sampler balances classes with them); undefined tensor otherwise.
   virtual at::Tensor class_labels() const { return {}; }
+};
+
+// What a data source knows about its samples beyond their shapes, handed to a model before it is built
+// (models::ModelContext), so that no model needs to know the concrete source types. Filled by the source's
+// registry entry (data/source_registry.h); fields the source does not know stay empty.
+struct GridFacts {
+  std::vector<double> lat, lon;                               // coordinates in degrees (empty: the file has none)
+  std::vector<std::string> input_channels, target_channels;   // channel names, in tensor order
+};
+struct TextFacts {
+  std::int64_t vocab_size = 0;
+  std::int64_t num_classes = 0;
+  std::int64_t pad_id = 0;
+  std::int64_t max_len = 0;  // tokens per sample
+};
+struct DataFacts {
+  std::string source;                               // the dataset's name, for messages ("" without data)
+  std::optional<std::vector<std::string>> classes;  // the source's class list, in label order (image folders)
+  std::optional<GridFacts> grid;                    // gridded sources (NetCDF)
+  std::optional<TextFacts> text;                    // tokenised text sources
 };
 
 // Sample 0 of `dataset` as a batch of one, fetched as for evaluation (no random augmentation): what models and

@@ -1,18 +1,15 @@
 // NumPy arrays: .npy files and .npz archives (np.savez, np.savez_compressed) read into tensors, memory-mapped
-// by default, written back (for tests, examples and `bellows` outputs), and a Dataset over such arrays.
-//   auto x = read_npy("x.npy");                       // mmapped; pages are read when touched
-//   auto ds = make_npy_dataset({{"x", "train.npz:x"}, {"y", "train.npz:y"}});
+// by default, and written back (for tests, examples and `bellows` outputs). The Dataset over such arrays is in
+// npy_dataset.h.
+//   auto x = read_npy("x.npy");  // mmapped; pages are read when touched
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
-
-#include "bellows/data/dataset.h"  // defines: Dataset
 
 namespace bellows::data {
 
@@ -37,21 +34,16 @@ at::Tensor read_npz_array(const std::filesystem::path& path, const std::string& 
 // The array names of an .npz archive, in archive order.
 std::vector<std::string> list_npz(const std::filesystem::path& path);
 
-// C-order little-endian .npy, format version 1.0 (2.0 only if the header needs it), written to a temporary
-// file and renamed into place. The tensor is copied to the CPU and made contiguous when it is not.
+// C-order little-endian .npy, format version 1.0 (2.0 only if the header needs it), written durably and
+// atomically (util/atomic_file.h). The tensor is copied to the CPU and made contiguous when it is not.
 void write_npy(const std::filesystem::path& path, const at::Tensor& t);
 struct NpzWriteOptions {
   bool force_zip64 = false;  // ZIP64 records even for small archives (tests; other readers' compatibility)
 };
 // An uncompressed .npz (like np.savez), entry "name.npy" per array, whose array data are 64-byte aligned in
 // the file so that read_npz can map them; ZIP64 records only where sizes or offsets need them. np.load reads it.
+// Written durably and atomically, like write_npy.
 void write_npz(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& arrays,
                NpzWriteOptions options = {});
-
-// A dataset over arrays sharing their first dimension. `arrays` maps tensor names ("x", "y") to a source:
-// "file.npy", "file.npz:array_name", or "file.npz" (the array named like the tensor). Floating arrays become
-// float32 per batch; describe(i) is "<file of the first tensor> index i".
-std::shared_ptr<Dataset> make_npy_dataset(const std::map<std::string, std::string>& arrays,
-                                          NpyReadOptions options = {});
 
 }  // namespace bellows::data

@@ -19,6 +19,10 @@
 #include "bellows/data/dataset.h"         // defines: Example
 #include "bellows/data/tensor_dataset.h"  // defines: TensorDataset
 
+namespace bellows::config {
+class Config;
+}
+
 namespace bellows::data {
 
 struct StreamBufferOptions {
@@ -63,5 +67,8 @@ class StreamBuffer {
   std::int64_t dropped_ = 0;
   bool closed_ = false;
 };
+
+// The buffer's options from a validated run config's data.stream.* keys (data.source: stream).
+StreamBufferOptions stream_buffer_options(const config::Config& config);
 
 }  // namespace bellows::data

@@ -49,7 +49,7 @@ class Tokenizer {
 
   const std::string& serialized() const;  // the .model file's bytes
   const std::string& origin() const { return origin_; }
-  // Writes the .model file (to a temporary name, then renamed). kResource error when it cannot.
+  // Writes the .model file durably and atomically (util/atomic_file.h). kResource error when it cannot.
   void save(const std::filesystem::path& path) const;
 
  private:

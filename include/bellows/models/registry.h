@@ -4,26 +4,43 @@
 
 #include <torch/nn/module.h>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bellows/config/schema.h"  // defines: Schema, Config
-#include "bellows/data/dataset.h"   // defines: Dataset
+#include "bellows/data/dataset.h"   // defines: Dataset, DataFacts
 #include "bellows/models/task.h"    // defines: Task
 
 namespace bellows::models {
 
+// What a model may learn from the data before it is built, handed over by the data side (app/ fills it): the
+// training dataset, for sample shapes (data::first_sample), and the facts its source knows: class names, the
+// grid's coordinates and channel names (the graph network builds its mesh from them), the text vocabulary.
+// Models never look behind the Dataset interface at concrete source types.
+struct ModelContext {
+  std::shared_ptr<const data::Dataset> train;  // null when the model is built without data
+  data::DataFacts facts;                       // may be filled without data (a model rebuilt from a checkpoint)
+};
+
+// Weights a model asks to be loaded right after it is built (a pretrained encoder, seed 004), by tensor name.
+// app/ imports them (one helper for these and init_weights); models do not read weight files themselves. File
+// names may be relative to the part or carry its prefix (a whole exported model); with the prefix, tensors
+// outside the part are ignored.
+struct WeightImport {
+  std::filesystem::path file;  // safetensors
+  std::string prefix;          // the part of the model loaded: tensors whose names start with it ("encoder."); "" all
+  bool strict = true;          // every tensor of that part must be in the file with its shape, and nothing else
+  std::string what = "model";  // the part, in messages: "... in the encoder"
+  std::string strict_key;      // the config key that relaxes `strict`, named in the error's hint
+};
+
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<Task> task;
-};
-
-// What a model may learn from the data before it is built: input widths, class counts, coordinates (the
-// graph network builds its mesh from the NetCDF file's latitudes and longitudes).
-struct ModelContext {
-  std::shared_ptr<const data::Dataset> train;  // null when the model is built without data
+  std::vector<WeightImport> imports;  // loaded by app/ right after building
 };
 
 struct ModelEntry {

@@ -81,11 +81,7 @@ class TextPairClassifierImpl : public torch::nn::Module, public Checkpointable {
 };
 TORCH_MODULE(TextPairClassifier);
 
-// Loads a safetensors file into the model's encoder by tensor name. Names are relative to the encoder
-// ("transformer.layers.0.norm1.weight") or carry the "encoder." prefix (a whole exported model, as
-// `bellows ckpt export` writes it); with the prefix, tensors outside the encoder (the head) are ignored. strict:
-// every encoder tensor must be present with its shape and nothing else may be there, else one kData error
-// listing each difference. Not strict: loads what matches and returns the differences.
-std::vector<std::string> load_encoder_weights(TextPairClassifierImpl& model, const std::filesystem::path& file, bool strict);
+// model.encoder_weights: the registry entry asks app/ to import a safetensors file into the encoder by name
+// (models::WeightImport with prefix "encoder."; app::import_weights), relative or "encoder."-prefixed names.
 
 }  // namespace bellows::models

@@ -16,6 +16,7 @@ class JsonlSink final : public Sink {
   JsonlSink(const JsonlSink&) = delete;
   JsonlSink& operator=(const JsonlSink&) = delete;
 
+  void on_run_start(const RunStart& start) override;  // a "start" record with the plan and machine lines
   void on_step(const StepRecord& record) override;
   void on_eval(const EvalRecord& record) override;
   void on_message(const std::string& text) override;

@@ -32,6 +32,19 @@ std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model);
 // each difference. Not strict: loads what matches; returns the differences (empty when everything matched).
 std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std::map<std::string, at::Tensor>& tensors, bool strict);
 
+// The same for a part of the model and other sources of weights (pretrained files, an encoder): one loader for
+// resume, init_weights and a model's own imports.
+struct TensorLoadOptions {
+  bool strict = true;
+  std::string prefix;                     // only model tensors whose names start with it; `tensors` names are relative to it
+  std::string source = "the checkpoint";  // in messages: "<name>: missing from <source>"
+  std::string subject;                    // the error's subject ("weights file w.safetensors"); empty: `source`
+  std::string target = "the model";       // "<name>: shape [..] in <source>, [..] in <target>"
+  std::string hint = "resume with the same model configuration, or load with strict: false to take what matches";
+};
+std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std::map<std::string, at::Tensor>& tensors,
+                                            const TensorLoadOptions& options);
+
 StateDict rng_state();                      // "cpu", "cuda.<i>": the default generators' states
 void load_rng_state(const StateDict& state);  // devices missing here or there are skipped
 

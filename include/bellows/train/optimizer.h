@@ -13,11 +13,12 @@
 #include <utility>
 #include <vector>
 
-#include "bellows/util/state_dict.h"  // defines: StateDict
+#include "bellows/util/module_tensors.h"  // defines: NamedTensors
+#include "bellows/util/state_dict.h"      // defines: StateDict
 
 namespace bellows::train {
 
-using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+using NamedParameters = NamedTensors;  // e.g. bellows::named_parameters(module)
 
 struct OptimizerOptions {
   std::string type = "adamw";  // adamw | adam | sgd

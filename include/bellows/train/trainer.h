@@ -15,12 +15,12 @@
 #include "bellows/ckpt/checkpoint.h"         // defines: Checkpoint
 #include "bellows/data/source.h"            // defines: BatchSource
 #include "bellows/models/task.h"            // defines: Task
+#include "bellows/obs/profile.h"            // defines: ProfileOptions
 #include "bellows/obs/sink.h"               // defines: Sink
 #include "bellows/precision/precision.h"    // defines: Precision, GradScalerOptions
 #include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
 #include "bellows/train/ema.h"              // defines: Ema, EmaOptions
 #include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
-#include "bellows/train/profile.h"          // defines: ProfileOptions
 #include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
 #include "bellows/util/state_dict.h"        // defines: StateDict
 
@@ -46,7 +46,7 @@ struct TrainerOptions {
   bool non_blocking = false;                   // host-to-device copies of batches (pinned memory)
   const std::atomic<bool>* stop_flag = nullptr;  // set (e.g. from a signal handler) to stop at a step boundary
   CheckpointOptions checkpoint;                // dir empty: no checkpoints
-  ProfileOptions profile;                      // a Chrome trace of chosen steps (off by default)
+  obs::ProfileOptions profile;                 // a Chrome trace of chosen steps (off by default)
   nlohmann::json checkpoint_info = nlohmann::json::object();  // stored in each manifest (config, plan)
 };
 
@@ -98,12 +98,15 @@ class Trainer {
   // trainer state, the data position and the RNG states. Returns the differences when not strict.
   std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource& train, bool strict = true);
 
+  // A warning or notice to every sink (console, metrics.jsonl): the run's own messages and those of whoever
+  // assembled it (resume, weight imports, plan notes).
+  void message(const std::string& text);
+
  private:
   struct Window;  // meters over one logging window
   double clip_gradients(const std::vector<at::Tensor>& params);
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
-  void message(const std::string& text);
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;

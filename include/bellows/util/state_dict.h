@@ -30,4 +30,9 @@ void merge_prefixed(StateDict& into, const std::string& prefix, const StateDict&
 // The entries whose keys start with `prefix` + ".", with that prefix removed.
 StateDict sub_dict(const StateDict& dict, const std::string& prefix);
 
+// Every tensor detached, in host (CPU) memory and contiguous, as files are written from. copy = true: always
+// fresh storage that nothing else writes to, so a background writer can read it while training goes on;
+// false: a tensor already so is shared, not copied.
+StateDict to_host(const StateDict& dict, bool copy = true);
+
 }  // namespace bellows

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bellows/data/csv_dataset.h"  // defines: make_csv_dataset
 #include "bellows/util/error.h"
 #include "test_util.h"
 

@@ -1,7 +1,7 @@
 // NetCDF datasets over a small file written here with the netCDF C API (time 6, level 2, lat 4, lon 5; a
 // surface variable and a packed one with levels, coordinates): shapes, exact values, channel names, horizon,
 // normalisation against a hand computation, the statistics cache, the per-sample (streamed) path, and errors.
-#include "bellows/data/netcdf.h"
+#include "bellows/data/netcdf_dataset.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "bellows/data/npy_dataset.h"  // defines: make_npy_dataset
 #include "bellows/util/error.h"
 #include "file_bytes.h"
 #include "test_util.h"

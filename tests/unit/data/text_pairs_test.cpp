@@ -16,6 +16,7 @@
 
 #include "bellows/data/build.h"
 #include "bellows/data/subset.h"
+#include "data/data_config.h"
 #include "bellows/util/error.h"
 #include "test_util.h"
 
@@ -239,12 +240,8 @@ TEST_F(TextPairsTest, TrainedVocabularyIsCachedBesideTheDataAndKeyedByTheText) {
 TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   const fs::path train = write("train.tsv", "idx\tpremise\thypothesis\tlabel\n" + corpus_rows(60));
   const fs::path val = write("val.tsv", "premise\thypothesis\tlabel\nthe bird waits\tthe bird sleeps\tneutral\n");
-  DataSpec spec;
-  spec.source = "text_pairs";
-  spec.path = train;
-  spec.val_path = val;
-  spec.text.train.vocab_size = 60;
-  DataSplits splits = build_datasets(spec);
+  const std::string base = fmt::format("data: {{source: text_pairs, path: '{}', text: {{vocab_size: 60}}", train.string());
+  DataSplits splits = build_datasets(test_support::data_config(fmt::format("{}, val_path: '{}'}}\n", base, val.string())));
   const auto* t = find_text_pairs(*splits.train);
   const auto* v = find_text_pairs(*splits.val);
   ASSERT_TRUE(t && v);
@@ -253,10 +250,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   EXPECT_THAT(longs(v->class_labels()), ElementsAre(2));
 
   // Fold 1 of 3 validates, the others train; the dataset under the subsets is still found.
-  spec.val_path.clear();
-  spec.cv_folds = 3;
-  spec.cv_fold = 1;
-  splits = build_datasets(spec);
+  splits = build_datasets(test_support::data_config(base + ", cv: {folds: 3, fold: 1}}\n"));
   EXPECT_EQ(splits.train->size(), 40);
   EXPECT_EQ(splits.val->size(), 20);
   ASSERT_NE(find_text_pairs(*splits.train), nullptr);
@@ -265,8 +259,8 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   const at::Tensor counts = at::bincount(splits.val->class_labels());
   EXPECT_THAT(longs(counts), ElementsAre(::testing::AllOf(::testing::Ge(6), ::testing::Le(7)), ::testing::AllOf(::testing::Ge(6), ::testing::Le(7)),
                                         ::testing::AllOf(::testing::Ge(6), ::testing::Le(7))));
-  spec.cv_fold = 3;
-  const Error e = error_from([&] { build_datasets(spec); });
+  const config::Config fold3 = test_support::data_config(base + ", cv: {folds: 3, fold: 3}}\n");
+  const Error e = error_from([&] { build_datasets(fold3); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
   EXPECT_THAT(e.message(), HasSubstr("data.cv.fold is 3, outside [0, 3)"));
 }

@@ -19,7 +19,7 @@
 #include <numbers>
 #include <set>
 
-#include "bellows/data/netcdf.h"
+#include "bellows/data/netcdf_dataset.h"
 #include "bellows/data/subset.h"
 #include "bellows/models/registry.h"
 #include "bellows/util/error.h"
@@ -422,10 +422,7 @@ class GnnRegistry : public ::testing::Test {
     config::Schema s;
     s.add("model.name", config::Type::kString, "model").default_value(YAML::Node("gnn"));
     find_model("gnn").add_keys(s);
-    s.add("data.source", config::Type::kString, "source").default_value(YAML::Node("synthetic"));
-    s.add("data.path", config::Type::kString, "path").default_value(YAML::Node(""));
-    s.add("data.netcdf.variables", config::Type::kStringList, "inputs").default_value(YAML::Load("[]"));
-    s.add("data.netcdf.targets", config::Type::kStringList, "targets").default_value(YAML::Load("[]"));
+    data::add_dataset_keys(s);
     config::Config c = config::Config::parse(
         fmt::format("model:\n  name: gnn\n  latent_size: 8\n  num_gnn_layers: 1\n  mesh_stride: 2\n{}", extra), "gnn_test.yaml");
     s.validate(c);
@@ -441,7 +438,7 @@ class GnnRegistry : public ::testing::Test {
 TEST_F(GnnRegistry, BuildsFromNetcdfTrainingData) {
   auto ds = data::make_netcdf_dataset({.path = file_});
   auto train = std::make_shared<data::SubsetDataset>(ds, std::vector<std::int64_t>{0, 1, 2}, "train");
-  const BuiltModel built = find_model("gnn").build(config(data_keys()), ModelContext{train});
+  const BuiltModel built = find_model("gnn").build(config(data_keys()), test_support::context_of(train));
   auto& net = static_cast<GnnImpl&>(*built.module);
   EXPECT_EQ(net.graph().n_lat, 6);
   EXPECT_EQ(net.graph().n_lon, 7);
@@ -462,9 +459,10 @@ TEST_F(GnnRegistry, BuildsFromNetcdfTrainingData) {
 TEST_F(GnnRegistry, RebuildsWithoutDataFromDataPath) {
   auto ds = data::make_netcdf_dataset({.path = file_});
   torch::manual_seed(0);
-  const BuiltModel a = find_model("gnn").build(config(data_keys()), ModelContext{ds});
+  const BuiltModel a = find_model("gnn").build(config(data_keys()), test_support::context_of(ds));
   torch::manual_seed(1);
-  const BuiltModel b = find_model("gnn").build(config(data_keys()), ModelContext{});
+  const config::Config rebuilt = config(data_keys());
+  const BuiltModel b = find_model("gnn").build(rebuilt, app::model_context_without_data(rebuilt));
   auto& na = static_cast<GnnImpl&>(*a.module);
   auto& nb = static_cast<GnnImpl&>(*b.module);
   EXPECT_EQ(nb.options().lat, na.options().lat);
@@ -497,7 +495,7 @@ TEST_F(GnnRegistry, RebuildsFromModelKeysOrSaysWhatIsMissing) {
   EXPECT_NE(channels.message().find("channels are unknown"), std::string::npos) << channels.message();
   // model.lat that disagrees with the data's grid.
   auto ds = data::make_netcdf_dataset({.path = file_});
-  const Error differ = error_from([&] { find_model("gnn").build(config("  lat: [1, 2]\n"), ModelContext{ds}); });
+  const Error differ = error_from([&] { find_model("gnn").build(config("  lat: [1, 2]\n"), test_support::context_of(ds)); });
   EXPECT_EQ(differ.kind(), ErrorKind::kConfig);
   EXPECT_NE(differ.message().find("differs from the data's coordinates"), std::string::npos) << differ.message();
 }
@@ -506,13 +504,13 @@ TEST_F(GnnRegistry, RebuildsFromModelKeysOrSaysWhatIsMissing) {
 // config error unless model.residual is false.
 TEST_F(GnnRegistry, ResidualNeedsTargetsAmongInputs) {
   auto mixed = data::make_netcdf_dataset({.path = file_, .variables = {"u", "v", "t2m"}, .targets = {"t2m", "u"}});
-  const BuiltModel built = find_model("gnn").build(config(""), ModelContext{mixed});
+  const BuiltModel built = find_model("gnn").build(config(""), test_support::context_of(mixed));
   EXPECT_EQ(built.module->as<GnnImpl>()->options().residual_channels, (std::vector<std::int64_t>{2, 0}));
   auto other = data::make_netcdf_dataset({.path = file_, .variables = {"u", "v"}, .targets = {"z"}});
-  const Error e = error_from([&] { find_model("gnn").build(config(""), ModelContext{other}); });
+  const Error e = error_from([&] { find_model("gnn").build(config(""), test_support::context_of(other)); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
   EXPECT_NE(e.message().find("target channel 'z@850' is not an input"), std::string::npos) << e.message();
-  const BuiltModel full = find_model("gnn").build(config("  residual: false\n"), ModelContext{other});
+  const BuiltModel full = find_model("gnn").build(config("  residual: false\n"), test_support::context_of(other));
   EXPECT_TRUE(full.module->as<GnnImpl>()->options().residual_channels.empty());
   EXPECT_EQ(full.module->as<GnnImpl>()->options().out_channels, 2);
 }

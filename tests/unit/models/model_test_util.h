@@ -17,7 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/app/model_setup.h"
 #include "bellows/config/schema.h"
+#include "bellows/data/build.h"
 #include "bellows/data/batch.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/task.h"
@@ -70,6 +72,12 @@ inline double expect_gradients_match(const std::function<at::Tensor()>& f, const
   return largest;
 }
 
+// What a run hands a model about `train`: the dataset and its source's facts (classes, grid, vocabulary).
+inline models::ModelContext context_of(std::shared_ptr<const data::Dataset> train) {
+  data::DataFacts facts = train ? data::facts_of(*train) : data::DataFacts{};
+  return models::ModelContext{std::move(train), std::move(facts)};
+}
+
 // The registered model named by `yaml`'s model.name, built from its model.* keys (validated against the
 // model's schema, defaults filled in) the way `bellows train` builds it.
 inline models::BuiltModel build_model(const std::string& yaml, std::shared_ptr<const data::Dataset> train = nullptr) {
@@ -79,7 +87,7 @@ inline models::BuiltModel build_model(const std::string& yaml, std::shared_ptr<c
   s.add("model.name", config::Type::kString, "model");
   entry.add_keys(s);
   s.validate(c);
-  return entry.build(c, models::ModelContext{std::move(train)});
+  return app::build_model(c, context_of(std::move(train)));  // with the model's weight imports, as a run does
 }
 
 // A tiny Transformer encoder for tests: d_model 8, 2 heads, feed-forward 16, max_len 16.

@@ -25,6 +25,7 @@
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/error.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace bellows::models {
@@ -398,7 +399,7 @@ TEST(ResNetRegistry, BuildsFromConfigAndTakesClassesFromTheData) {
   auto tensors = std::map<std::string, at::Tensor>{{"x", at::randn({6, 1, 16, 16})},
                                                    {"y", at::tensor({0, 1, 4, 2, 0, 3}, at::kLong)}};
   auto dataset = std::make_shared<data::TensorDataset>(tensors);
-  const BuiltModel built = find_model("resnet").build(c, ModelContext{dataset});
+  const BuiltModel built = find_model("resnet").build(c, test_support::context_of(dataset));
   auto& model = static_cast<ResNetImpl&>(*built.module);
   EXPECT_EQ(model.options().num_classes, 5);  // labels 0..4
   data::Batch b;
@@ -416,18 +417,18 @@ TEST(ResNetRegistry, ChannelAndClassMismatchesAreConfigErrors) {
   auto dataset = std::make_shared<data::TensorDataset>(
       std::map<std::string, at::Tensor>{{"x", at::randn({4, 1, 16, 16})}, {"y", at::tensor({0, 1, 4, 2}, at::kLong)}});
   const Error channels =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 5\n"), ModelContext{dataset}); });
+      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 5\n"), test_support::context_of(dataset)); });
   EXPECT_EQ(channels.kind(), ErrorKind::kConfig);
   EXPECT_NE(channels.message().find("model.in_channels is 3"), std::string::npos) << channels.message();
   EXPECT_NE(channels.hint().find("model.in_channels: 1"), std::string::npos) << channels.hint();
   const Error classes = error_from([&] {
-    find_model("resnet").build(resnet_config("  in_channels: 1\n  num_classes: 3\n"), ModelContext{dataset});
+    find_model("resnet").build(resnet_config("  in_channels: 1\n  num_classes: 3\n"), test_support::context_of(dataset));
   });
   EXPECT_EQ(classes.kind(), ErrorKind::kConfig);
   EXPECT_NE(classes.message().find("labels up to 4"), std::string::npos) << classes.message();
   auto flat = std::make_shared<data::TensorDataset>(std::map<std::string, at::Tensor>{{"x", at::randn({4, 8})}});
   const Error shape =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 2\n"), ModelContext{flat}); });
+      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 2\n"), test_support::context_of(flat)); });
   EXPECT_NE(shape.message().find("images [C, H, W]"), std::string::npos) << shape.message();
 }
 
@@ -449,12 +450,12 @@ TEST(ResNetRegistry, ImageFolderClassesAndNormalisedBatches) {
   auto images = data::make_image_folder_dataset(io);
 
   const Error wrong =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 10\n"), ModelContext{images}); });
+      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 10\n"), test_support::context_of(images)); });
   EXPECT_EQ(wrong.kind(), ErrorKind::kConfig);
   EXPECT_NE(wrong.message().find("has 3 classes"), std::string::npos) << wrong.message();
 
   const BuiltModel built =
-      find_model("resnet").build(resnet_config("  width: 0.125\n  stem: small\n"), ModelContext{images});
+      find_model("resnet").build(resnet_config("  width: 0.125\n  stem: small\n"), test_support::context_of(images));
   auto& model = static_cast<ResNetImpl&>(*built.module);
   EXPECT_EQ(model.options().num_classes, 3);
   data::FetchContext context;

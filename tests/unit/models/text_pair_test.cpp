@@ -30,6 +30,7 @@
 #include "bellows/models/registry.h"
 #include "bellows/train/trainer.h"
 #include "bellows/util/error.h"
+#include "data/data_config.h"
 #include "model_test_util.h"
 #include "test_util.h"
 
@@ -197,13 +198,8 @@ TEST(TextPair, BuildTakesVocabularyClassesAndLengthFromTheData) {
   const fs::path& dir = temp.path();
   std::ofstream(dir / "pairs.tsv") << "premise\thypothesis\tlabel\nthe cat sleeps\tthe cat rests\tyes\n"
                                       "the dog barks\tthe bird sings\tno\nthe farmer reads\tthe farmer sleeps\tmaybe\n";
-  data::DataSpec spec;
-  spec.source = "text_pairs";
-  spec.path = dir / "pairs.tsv";
-  spec.val_fraction = 0.0;
-  spec.text.max_len = 24;
-  spec.text.train.vocab_size = 40;
-  const data::DataSplits splits = data::build_datasets(spec);
+  const data::DataSplits splits = data::build_datasets(test_support::data_config(fmt::format(
+      "data: {{source: text_pairs, path: '{}', val_fraction: 0.0, text: {{max_len: 24, vocab_size: 40}}}}\n", (dir / "pairs.tsv").string())));
   const auto* text = data::find_text_pairs(*splits.train);
   ASSERT_NE(text, nullptr);
   BuiltModel built = build_model("model: {name: text_pair, d_model: 16, heads: 2, layers: 1, ff: 32}\n", splits.train);
@@ -263,6 +259,11 @@ TEST(TextPair, FrozenEncoderStaysUnchangedWhileTheHeadTrains) {
   }
 }
 
+// What model.encoder_weights asks app/ to import.
+models::WeightImport encoder_import(const fs::path& file, bool strict) {
+  return models::WeightImport{file, "encoder.", strict, "encoder", "model.encoder_weights_strict"};
+}
+
 TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
   const TempDir temp("text_pair_test");
   const fs::path& dir = temp.path();
@@ -280,7 +281,7 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
     torch::manual_seed(8);
     TextPairClassifier target(tiny());
     const at::Tensor head = target->named_parameters()["head.weight"].detach().clone();
-    EXPECT_TRUE(load_encoder_weights(*target, dir / file, true).empty()) << file;
+    EXPECT_TRUE(app::import_weights(*target, encoder_import(dir / file, true)).empty()) << file;
     for (const auto& [name, t] : encoder_tensors(*target)) EXPECT_TRUE(at::equal(t, relative.at(name))) << file << " " << name;
     EXPECT_TRUE(at::equal(target->named_parameters()["head.weight"], head)) << "the head is not the encoder's";
   }
@@ -298,13 +299,13 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
   partial["segment_embedding.weight"] = at::zeros({3, 8});
   ckpt::write_safetensors(dir / "partial.safetensors", partial);
   TextPairClassifier target(tiny());
-  const Error e = error_from([&] { load_encoder_weights(*target, dir / "partial.safetensors", true); });
+  const Error e = error_from([&] { app::import_weights(*target, encoder_import(dir / "partial.safetensors", true)); });
   EXPECT_EQ(e.kind(), ErrorKind::kData);
   EXPECT_THAT(e.message(), HasSubstr("2 differences"));
   EXPECT_THAT(e.message(), HasSubstr("transformer.layers.1.linear2.bias: missing from the file"));
   EXPECT_THAT(e.message(), HasSubstr("segment_embedding.weight: shape [3, 8] in the file, [2, 8] in the encoder"));
   EXPECT_THAT(e.hint(), HasSubstr("encoder_weights_strict"));
-  EXPECT_EQ(load_encoder_weights(*target, dir / "partial.safetensors", false).size(), 2u);
+  EXPECT_EQ(app::import_weights(*target, encoder_import(dir / "partial.safetensors", false)).size(), 2u);
   EXPECT_TRUE(at::equal(target->named_parameters()["encoder.transformer.layers.0.linear1.weight"],
                         relative.at("transformer.layers.0.linear1.weight")));
 }

@@ -1,0 +1,38 @@
+// The loaders of a run: the loader keys of the config's data block (batch size, sampler, workers, prefetch,
+// pinning), and the datasets of the configured source (data/build.h) put behind samplers and prefetching
+// loaders on the plan's device. `bellows train`, `cv` and `bench data` share this, so all read data the same way.
+#pragma once
+
+#include <memory>
+
+#include "bellows/config/config.h"  // defines: Config
+#include "bellows/config/schema.h"  // defines: Schema
+#include "bellows/data/build.h"     // defines: DataSplits
+#include "bellows/data/loader.h"    // defines: Loader, LoaderOptions
+#include "bellows/plan/plan.h"      // defines: Plan
+
+namespace bellows::data {
+class StreamBuffer;
+}
+
+namespace bellows::app {
+
+// data.batch_size, data.shuffle, data.sampler, data.weights, data.num_samples, data.drop_last, data.workers,
+// data.prefetch, data.use_prefetch, data.pin_memory, data.pad_value.
+void add_loader_keys(config::Schema& schema);
+
+data::LoaderOptions loader_options(const config::Config& config, const plan::Plan& plan);
+// The sampler for `dataset` (weights from its labels for data.weights: balanced).
+data::SamplerOptions sampler_options(const config::Config& config, const data::Dataset& dataset);
+
+struct Loaders {
+  data::DataSplits splits;
+  std::unique_ptr<data::Loader> train;
+  std::unique_ptr<data::Loader> val;  // null without validation data
+};
+
+// Datasets, samplers and loaders on the plan's device; evaluation loads in order, without augmentation.
+// `stream`: the buffer a program pushes into (data.source: stream).
+Loaders make_loaders(const config::Config& config, const plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr);
+
+}  // namespace bellows::app

@@ -1,0 +1,35 @@
+// The model of a run: the data side's context handed to the registry's builder, and the one helper that
+// imports weights by name (a model's own imports such as a pretrained encoder, and the run's init_weights).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+#include "bellows/config/config.h"     // defines: Config
+#include "bellows/data/build.h"        // defines: DataSplits
+#include "bellows/models/registry.h"   // defines: BuiltModel, ModelContext, WeightImport
+
+namespace bellows::app {
+
+// What the training data tells the model (sample shapes, classes, grid, vocabulary).
+models::ModelContext model_context(const data::DataSplits& splits);
+// The same without data: the facts the configured source reads from its header (a model rebuilt from a
+// checkpoint's config, e.g. the graph network's grid).
+models::ModelContext model_context_without_data(const config::Config& config);
+
+// Loads the safetensors file `w.file` into the model (or its part under `w.prefix`) by tensor name; see
+// models::WeightImport. strict: one kData error listing every difference; otherwise loads what matches and
+// returns the differences (empty: everything matched).
+std::vector<std::string> import_weights(torch::nn::Module& model, const models::WeightImport& w);
+
+// The registered model named by model.name, built from its keys and `context`, with its imports loaded; a line
+// per import ("loaded encoder weights from F; 2 tensors did not match: ...") goes to `notes` when given.
+models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context,
+                               std::vector<std::string>* notes = nullptr);
+
+// The note for an import: "loaded <what> weights from <file>[; N tensors did not match: ...]".
+std::string import_note(const models::WeightImport& w, const std::vector<std::string>& differences);
+
+}  // namespace bellows::app

@@ -1,0 +1,40 @@
+// A training run from a configuration: run() resolves the plan, builds data, model and trainer, writes
+// runs/<name>/ and trains. `bellows train` is a thin wrapper over this, and so are pipelines and
+// cross-validation; C++ programs can call it too (the key schema is in app/schema.h).
+#pragma once
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "bellows/config/config.h"    // defines: Config
+#include "bellows/data/loader.h"      // defines: LoaderStats
+#include "bellows/plan/plan.h"        // defines: PlanRequest
+#include "bellows/train/trainer.h"    // defines: FitResult, TrainerOptions
+
+namespace bellows::data {
+class StreamBuffer;
+}
+
+namespace bellows::app {
+
+// The plan keys of a validated run config (device, precision, threads, data.workers, ...).
+plan::PlanRequest plan_request(const config::Config& config);
+
+struct RunOptions {
+  const std::atomic<bool>* stop_flag = nullptr;
+  std::FILE* console = stdout;  // nullptr: no console output
+  int tty = -1;                 // -1: detect
+  std::shared_ptr<data::StreamBuffer> stream;  // the samples of data.source: stream (pushed by the program)
+};
+
+struct RunResult {
+  train::FitResult fit;
+  data::LoaderStats data;  // the training loader's counters over the run
+  std::filesystem::path run_dir;
+};
+
+RunResult run(const config::Config& config, const RunOptions& options = {});
+
+}  // namespace bellows::app

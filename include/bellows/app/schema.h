@@ -1,0 +1,27 @@
+// The schema of a run config: every key a run reads (run, plan, train, optim, schedule, ema, scaler, data and its
+// sources, checkpoint, profile, model and the chosen model's own keys) with the seeds' flag aliases, the
+// embedded default demo, and the loading of a config from a file or the demo with overrides applied.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bellows/config/schema.h"  // defines: Schema, Config
+
+namespace bellows::app {
+
+// The embedded default: a small MLP on synthetic regression data, under a minute on 2 cores.
+extern const char* const kDemoConfig;
+
+// All keys of a run config, with the keys of model `model_name` and the command-line aliases.
+config::Schema run_schema(const std::string& model_name);
+
+// Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates.
+config::Config resolve_config(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& args);
+
+// Validates a config read from elsewhere (a checkpoint's manifest) against the schema of its model.
+void validate_run_config(config::Config& config);
+
+}  // namespace bellows::app

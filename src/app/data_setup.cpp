@@ -1,0 +1,77 @@
+// The run's loaders; see data_setup.h.
+#include "bellows/app/data_setup.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "bellows/data/stager.h"
+#include "bellows/util/check.h"
+
+namespace bellows::app {
+using config::Type;
+
+void add_loader_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
+  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch)").min(1).default_value(node(32));
+  s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded); sampler auto follows it").default_value(node(true));
+  s.add("data.sampler", Type::kString, "sample order (auto: shuffle or sequential, after data.shuffle)")
+      .choices({"auto", "sequential", "shuffle", "weighted"}).default_value(node("auto"));
+  s.add("data.weights", Type::kString, "weighted sampler: balanced (inverse class frequency of the labels)")
+      .choices({"balanced"}).default_value(node("balanced"));
+  s.add("data.num_samples", Type::kInt, "weighted sampler: draws per epoch (0: dataset size)").min(0).default_value(node(0));
+  s.add("data.drop_last", Type::kBool, "drop the last incomplete batch").default_value(node(false));
+  s.add("data.workers", Type::kInt, "loading threads (0: in the training thread; -1: planned)").min(-1).default_value(node(-1));
+  s.add("data.prefetch", Type::kInt, "batches loaded ahead of the training step (queue depth)").min(1).default_value(node(4));
+  s.add("data.use_prefetch", Type::kBool, "load in background workers (false: synchronous, for comparison)").default_value(node(true));
+  s.add("data.pin_memory", Type::kString, "pinned host batches for asynchronous device copies").choices({"auto", "true", "false"}).default_value(node("auto"));
+  s.add("data.pad_value", Type::kDouble, "padding of variable-length samples").default_value(node(0.0));
+}
+
+data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p) {
+  data::LoaderOptions o;
+  o.batch_size = config::get_int(c, "data.batch_size");
+  o.drop_last = config::get_bool(c, "data.drop_last");
+  o.workers = p.workers;
+  o.prefetch = config::get_int(c, "data.prefetch");
+  o.use_prefetch = config::get_bool(c, "data.use_prefetch");
+  o.pad_value = config::get_double(c, "data.pad_value");
+  return o;
+}
+
+data::SamplerOptions sampler_options(const config::Config& c, const data::Dataset& dataset) {
+  data::SamplerOptions o;
+  o.seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
+  const std::string kind = config::get_string(c, "data.sampler");
+  o.kind = kind == "auto" ? (config::get_bool(c, "data.shuffle") ? "shuffle" : "sequential") : kind;
+  if (o.kind == "weighted") {
+    const at::Tensor labels = dataset.class_labels();
+    BELLOWS_CHECK_CONFIG(labels.defined(),
+                         fmt::format("data.sampler is weighted ({}), but {} has no class labels to balance", c.origin("data.sampler").str(), dataset.name()),
+                         "weighted sampling balances classes: use integer or categorical targets, or another sampler");
+    const at::Tensor counts = at::bincount(labels).to(at::kDouble);
+    const at::Tensor w = (1.0 / counts).index_select(0, labels).contiguous();
+    o.weights.assign(w.data_ptr<double>(), w.data_ptr<double>() + w.numel());
+    o.num_samples = config::get_int(c, "data.num_samples");
+  }
+  return o;
+}
+
+Loaders make_loaders(const config::Config& c, const plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream) {
+  Loaders l;
+  l.splits = data::build_datasets(c, std::move(stream));
+  const data::LoaderOptions lo = loader_options(c, p);
+  l.train = std::make_unique<data::Loader>(l.splits.train, data::Sampler(l.splits.train->size(), sampler_options(c, *l.splits.train)),
+                                           lo, data::make_stager(p.device, p.pin_memory));
+  if (l.splits.val) {
+    data::LoaderOptions vo = lo;
+    vo.train = false;
+    vo.drop_last = false;
+    data::SamplerOptions so;
+    so.kind = "sequential";
+    l.val = std::make_unique<data::Loader>(l.splits.val, data::Sampler(l.splits.val->size(), so), vo,
+                                           data::make_stager(p.device, p.pin_memory));
+  }
+  return l;
+}
+
+}  // namespace bellows::app

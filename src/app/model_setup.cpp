@@ -1,0 +1,54 @@
+// The model of a run; see model_setup.h.
+#include "bellows/app/model_setup.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bellows/ckpt/safetensors.h"
+#include "bellows/train/checkpointing.h"
+
+namespace bellows::app {
+
+models::ModelContext model_context(const data::DataSplits& splits) { return models::ModelContext{splits.train, splits.facts}; }
+
+models::ModelContext model_context_without_data(const config::Config& config) {
+  return models::ModelContext{nullptr, data::facts_without_data(config)};
+}
+
+std::vector<std::string> import_weights(torch::nn::Module& model, const models::WeightImport& w) {
+  const std::map<std::string, at::Tensor> stored = ckpt::read_safetensors(w.file);
+  // Names relative to the part, or carrying its prefix (then whatever lies outside the part is ignored).
+  bool prefixed = false;
+  for (const auto& [name, t] : stored) prefixed = prefixed || (!w.prefix.empty() && name.starts_with(w.prefix));
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, t] : stored) {
+    if (!prefixed) tensors.emplace(name, t);
+    else if (name.starts_with(w.prefix)) tensors.emplace(name.substr(w.prefix.size()), t);
+  }
+  train::TensorLoadOptions o;
+  o.strict = w.strict;
+  o.prefix = w.prefix;
+  o.source = "the file";
+  o.target = "the " + w.what;
+  o.subject = fmt::format("weights file {}", w.file.string());
+  o.hint = fmt::format("export them from a run with the same model sizes (bellows ckpt export){}",
+                       w.strict_key.empty() ? std::string() : fmt::format(", or set {}: false to load what matches", w.strict_key));
+  return train::load_model_tensors(model, tensors, o);
+}
+
+std::string import_note(const models::WeightImport& w, const std::vector<std::string>& differences) {
+  return fmt::format("loaded {}weights from {}{}", w.what == "model" ? "" : w.what + " ", w.file.string(),
+                     differences.empty() ? std::string()
+                                         : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; ")));
+}
+
+models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes) {
+  models::BuiltModel built = models::find_model(config::get_string(config, "model.name")).build(config, context);
+  for (const auto& w : built.imports) {
+    const auto differences = import_weights(*built.module, w);
+    if (notes) notes->push_back(import_note(w, differences));
+  }
+  return built;
+}
+
+}  // namespace bellows::app

@@ -1,0 +1,268 @@
+// Config-driven training runs; see run.h.
+#include "bellows/app/run.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/utils.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bellows/app/data_setup.h"
+#include "bellows/app/model_setup.h"
+#include "bellows/ckpt/checkpoint.h"
+#include "bellows/ckpt/inspect.h"
+#include "bellows/hw/hardware_info.h"
+#include "bellows/models/activation_checkpoint.h"
+#include "bellows/obs/console_sink.h"
+#include "bellows/obs/jsonl_sink.h"
+#include "bellows/obs/memory.h"
+#include "bellows/plan/checkpointing.h"
+#include "bellows/plan/plan.h"
+#include "bellows/util/atomic_file.h"
+#include "bellows/util/check.h"
+
+namespace bellows::app {
+namespace fs = std::filesystem;
+using train::Trainer;
+using train::TrainerOptions;
+
+namespace {
+
+
+// The MLP's input width against the data's, before any step: a clear error instead of a shape mismatch
+// deep inside the first matmul.
+void check_model_input(const config::Config& c, const data::Dataset& train) {
+  if (!c.has("model.in_features")) return;
+  const data::Batch one = data::first_sample(train);
+  const at::Tensor& x = one.at("x");
+  const std::int64_t width = x.size(-1);
+  BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,
+                       fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
+                                   config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
+                       "make the model's input width match the data");
+}
+
+// `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
+// the first batch reach it through the probe.
+plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
+                                   Trainer& trainer, const data::Dataset& train) {
+  plan::CheckpointingRequest request;
+  request.patterns = config::get_string_list(c, "checkpointing");
+  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  const bool is_auto = request.patterns.size() == 1 && request.patterns[0] == "auto";
+  BELLOWS_CHECK_CONFIG(is_auto || std::find(request.patterns.begin(), request.patterns.end(), "auto") == request.patterns.end(),
+                       fmt::format("checkpointing: 'auto' must stand alone, got [{}] ({})", fmt::join(request.patterns, ", "),
+                                   c.origin("checkpointing").str()),
+                       "write checkpointing: auto, or a list of block name patterns");
+  auto* blocks = dynamic_cast<models::Checkpointable*>(&model);
+  plan::CheckpointingProbe probe;
+  if (blocks != nullptr) probe.blocks = blocks->checkpoint_blocks();
+  probe.apply = [&](const std::vector<std::string>& patterns) { return models::apply_checkpointing(model, patterns); };
+  probe.checkpoint_all = [&] { blocks->set_checkpointed(blocks->checkpoint_blocks()); };
+  std::optional<data::Batch> batch;  // the first batch_size samples, fetched once
+  probe.measure_step = [&]() -> std::optional<std::int64_t> {
+    if (!batch) {
+      const std::int64_t batch_size = std::min<std::int64_t>(config::get_int(c, "data.batch_size"), train.size());
+      std::vector<std::int64_t> first(static_cast<std::size_t>(batch_size));
+      for (std::int64_t i = 0; i < batch_size; ++i) first[static_cast<std::size_t>(i)] = i;
+      data::FetchContext context;
+      batch = train.get_batch(first, context);
+      train.finish_on_device(*batch);
+    }
+    return trainer.measure_step_memory(*batch);
+  };
+  return plan::plan_checkpointing(request, hw, p, probe);
+}
+
+TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
+  TrainerOptions o;
+  o.device = p.device;
+  o.precision = p.precision;
+  o.channels_last = p.channels_last;
+  o.non_blocking = p.pin_memory;
+  o.scaler.init_scale = config::get_double(c, "scaler.init_scale");
+  o.scaler.growth_factor = config::get_double(c, "scaler.growth_factor");
+  o.scaler.backoff_factor = config::get_double(c, "scaler.backoff_factor");
+  o.scaler.growth_interval = config::get_int(c, "scaler.growth_interval");
+  o.epochs = config::get_int(c, "train.epochs");
+  o.max_steps = config::get_int(c, "train.max_steps");
+  o.accumulation_steps = config::get_int(c, "train.accumulation_steps");
+  o.clip_max_norm = config::get_double(c, "train.clip_max_norm");
+  o.clip_value = config::get_double(c, "train.clip_value");
+  o.log_every_n_steps = config::get_int(c, "train.log_every_n_steps");
+  o.eval_every_n_steps = config::get_int(c, "train.eval_every_n_steps");
+  o.freeze = config::get_string_list(c, "train.freeze");
+  auto& opt = o.optimizer;
+  opt.type = config::get_string(c, "optim.type");
+  opt.lr = config::get_double(c, "optim.lr");
+  const auto betas = config::get_double_list(c, "optim.betas");
+  BELLOWS_CHECK_CONFIG(betas.size() == 2, fmt::format("optim.betas has {} values, expected 2 ({})", betas.size(), c.origin("optim.betas").str()),
+                       "write optim.betas: [0.9, 0.999]");
+  opt.beta1 = betas[0];
+  opt.beta2 = betas[1];
+  opt.eps = config::get_double(c, "optim.eps");
+  opt.weight_decay = config::get_double(c, "optim.weight_decay");
+  opt.momentum = config::get_double(c, "optim.momentum");
+  opt.nesterov = config::get_bool(c, "optim.nesterov");
+  opt.dampening = config::get_double(c, "optim.dampening");
+  opt.implementation = config::get_string(c, "optim.implementation");
+  opt.no_decay_patterns = config::get_string_list(c, "optim.no_decay");
+  auto& sch = o.schedule;
+  sch.type = config::get_string(c, "schedule.type");
+  sch.warmup_steps = config::get_int(c, "schedule.warmup_steps");
+  sch.warmup_start_factor = config::get_double(c, "schedule.warmup_start_factor");
+  sch.total_steps = config::get_int(c, "schedule.total_steps");
+  sch.min_lr_factor = config::get_double(c, "schedule.min_lr_factor");
+  sch.step_size = config::get_int(c, "schedule.step_size");
+  sch.gamma = config::get_double(c, "schedule.gamma");
+  sch.factor = config::get_double(c, "schedule.factor");
+  sch.patience = config::get_int(c, "schedule.patience");
+  sch.threshold = config::get_double(c, "schedule.threshold");
+  sch.mode = config::get_string(c, "schedule.mode");
+  if (config::get_bool(c, "ema.enabled")) {
+    o.ema = train::EmaOptions{config::get_double(c, "ema.decay"), config::get_int(c, "ema.every_n_steps"), config::get_int(c, "ema.start_step")};
+    o.eval_with_ema = config::get_bool(c, "ema.eval");
+  }
+  BELLOWS_CHECK_CONFIG(o.ema || !config::get_bool(c, "ema.eval"), fmt::format("ema.eval is true but ema.enabled is false ({})", c.origin("ema.eval").str()),
+                       "set ema.enabled: true, or drop ema.eval");
+  return o;
+}
+
+// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
+// A resumed run continues in <output_dir>/<name>.
+fs::path make_run_dir(const config::Config& c) {
+  const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
+  fs::path dir = base;
+  const bool resuming = !config::get_string(c, "resume").empty();
+  for (int i = 2; !resuming && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
+                         "check output_dir and its permissions");
+  return dir;
+}
+
+
+std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
+                                           hw.memory.total_bytes / double(1LL << 30), hw.torch.version));
+  std::string gpus;
+  for (const auto& g : hw.cuda.gpus) gpus += fmt::format("{}cuda:{} {} ({:.0f} GiB)", gpus.empty() ? "" : ", ", g.index, g.name, g.total_memory_bytes / double(1LL << 30));
+  rows.emplace_back("gpu", hw.cuda.usable ? gpus : hw.cuda.reason);
+  for (const auto& e : p.entries) rows.emplace_back(e.key, fmt::format("{:<11} {}", e.value, e.reason));
+  return rows;
+}
+
+}  // namespace
+
+plan::PlanRequest plan_request(const config::Config& c) {
+  plan::PlanRequest r;
+  r.device = config::get_string(c, "device");
+  r.precision = config::get_string(c, "precision");
+  r.threads = config::get_int(c, "threads");
+  r.deterministic = config::get_bool(c, "deterministic");
+  r.cudnn_benchmark = config::get_string(c, "cudnn_benchmark");
+  r.channels_last = config::get_bool(c, "channels_last");
+  r.pin_memory = config::get_string(c, "data.pin_memory");
+  r.workers = config::get_int(c, "data.workers");
+  return r;
+}
+
+RunResult run(const config::Config& c, const RunOptions& options) {
+  // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  const plan::Plan p = plan::resolve(plan_request(c), hw);
+  plan::apply(p);
+  obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
+  const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
+  torch::manual_seed(seed);
+  std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once it does
+
+  // --- data: datasets, samplers, prefetching loaders on the planned device ---
+  Loaders loaders = make_loaders(c, p, options.stream);
+  check_model_input(c, *loaders.splits.train);
+
+  // --- model, task, trainer ---
+  models::BuiltModel built = build_model(c, model_context(loaders.splits), &notes);
+  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+    // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
+    const models::WeightImport w{init, "", config::get_bool(c, "init_weights_strict"), "model", "init_weights_strict"};
+    notes.push_back(import_note(w, import_weights(*built.module, w)));
+  }
+  // --- run directory ---
+  const fs::path dir = make_run_dir(c);
+  TrainerOptions trainer_opts = trainer_options(c, p);
+  trainer_opts.stop_flag = options.stop_flag;
+  if (config::get_bool(c, "checkpoint.enabled")) {
+    auto& co = trainer_opts.checkpoint;
+    co.dir = dir / "checkpoints";
+    co.every_n_steps = config::get_int(c, "checkpoint.every_n_steps");
+    co.every_n_minutes = config::get_double(c, "checkpoint.every_n_minutes");
+    co.keep_last = config::get_int(c, "checkpoint.keep_last");
+    co.keep_best = config::get_bool(c, "checkpoint.keep_best");
+    co.at_end = config::get_bool(c, "checkpoint.at_end");
+  }
+  if (config::get_bool(c, "profile.enabled")) {
+    auto& po = trainer_opts.profile;
+    po.enabled = true;
+    po.start_step = config::get_int(c, "profile.start_step");
+    po.steps = config::get_int(c, "profile.steps");
+    po.record_shapes = config::get_bool(c, "profile.record_shapes");
+    po.profile_memory = config::get_bool(c, "profile.memory");
+    po.path = dir / "trace.json";
+  }
+  trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
+  Trainer trainer(built.module, built.task, trainer_opts);
+  const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);
+
+  // --- sinks ---
+  write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
+  plan::Plan recorded = p;  // the plan with the model-dependent rows
+  recorded.entries.push_back(checkpointing);
+  write_file_atomically(dir / "plan.json", recorded.to_json());
+  trainer.set_run_info(config::get_string(c, "name"), dir.string());
+  auto header = header_rows(hw, p);
+  header.emplace_back(checkpointing.key, fmt::format("{:<11} {}", checkpointing.value, checkpointing.reason));
+  trainer.set_header(std::move(header));
+  if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
+  trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+  for (const auto& note : notes) trainer.message(note);
+
+  // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
+  const std::string resume = config::get_string(c, "resume");
+  if (!resume.empty()) {
+    std::optional<fs::path> from;
+    if (resume == "auto") {
+      std::vector<std::string> skipped;
+      from = ckpt::find_latest_valid(dir / "checkpoints", &skipped);
+      for (const auto& s : skipped) trainer.message(fmt::format("warning: skipped checkpoint {}", s));
+      if (!from) trainer.message(fmt::format("resume auto: no valid checkpoint in {}; starting from the beginning", (dir / "checkpoints").string()));
+    } else {
+      from = ckpt::resolve_checkpoint(resume);
+    }
+    if (from) {
+      const ckpt::Checkpoint cp = ckpt::load_checkpoint(*from);
+      trainer.restore(cp, *loaders.train, config::get_bool(c, "checkpoint.strict"));
+      trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
+    }
+  }
+
+  // --- train ---
+  RunResult result;
+  result.run_dir = dir;
+  result.fit = trainer.fit(*loaders.train, loaders.val.get());
+  result.data = loaders.train->stats();
+  if (options.console) {  // after the summary table, so to the console only (metrics.jsonl ends with the run's end record)
+    const data::LoaderStats& d = result.data;
+    std::fprintf(options.console, "%s\n",
+                 fmt::format("data: {}; the training step waited for batches {:.1f}% of {:.1f} s; queue peak {:.1f} MB; "
+                             "`bellows bench data` measures the pipeline alone",
+                             d.workers > 0 ? fmt::format("{} worker(s), prefetch {}", d.workers, d.prefetch) : std::string("synchronous"),
+                             d.wall_seconds > 0 ? 100 * d.wait_seconds / d.wall_seconds : 0.0, d.wall_seconds,
+                             d.queue_bytes_peak / 1e6).c_str());
+  }
+  return result;
+}
+
+}  // namespace bellows::app

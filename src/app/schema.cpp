@@ -1,0 +1,156 @@
+// The run config's schema and loading; see schema.h.
+#include "bellows/app/schema.h"
+
+#include "bellows/app/data_setup.h"
+#include "bellows/data/build.h"
+#include "bellows/models/registry.h"
+#include "bellows/precision/precision.h"
+
+namespace bellows::app {
+namespace fs = std::filesystem;
+using config::Type;
+
+const char* const kDemoConfig = R"(# bellows' embedded default: an MLP learns a synthetic regression task
+# (a fixed random teacher network plus noise); a few seconds on 2 cores.
+name: demo
+seed: 0
+data:
+  source: synthetic
+  kind: regression
+  samples: 65536
+  features: 64
+  batch_size: 256
+  val_fraction: 0.1
+model:
+  name: mlp
+  in_features: 64
+  hidden: [256, 256]
+  out_features: 1
+train:
+  epochs: 3
+  log_every_n_steps: 50
+optim:
+  type: adamw
+  lr: 0.002
+  weight_decay: 0.01
+schedule:
+  type: cosine
+  warmup_steps: 50
+)";
+
+config::Schema run_schema(const std::string& model_name) {
+  config::Schema s;
+  auto node = [](auto v) { return YAML::Node(v); };
+  s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
+  s.add("output_dir", Type::kString, "directory that holds run directories").default_value(node("runs"));
+  s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
+  // plan
+  s.add("device", Type::kString, "auto | cpu | cuda | cuda:N").default_value(node("auto"));
+  std::vector<std::string> precisions = {"auto"};
+  for (const auto& p : precision::precision_names()) precisions.push_back(p);
+  s.add("precision", Type::kString, "numeric precision policy").choices(precisions).default_value(node("auto"));
+  s.add("threads", Type::kInt, "intra-op CPU threads (0: one per usable core)").min(0).default_value(node(0));
+  s.add("deterministic", Type::kBool, "deterministic algorithms and cuDNN; bitwise-reproducible runs").default_value(node(false));
+  s.add("cudnn_benchmark", Type::kString, "let cuDNN time its algorithms").choices({"auto", "true", "false"}).default_value(node("auto"));
+  s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));
+  // train
+  s.add("train.epochs", Type::kInt, "passes over the training data").min(1).default_value(node(1));
+  s.add("train.max_steps", Type::kInt, "stop after this many optimizer steps (0: no limit)").min(0).default_value(node(0));
+  s.add("train.accumulation_steps", Type::kInt, "micro-batches per optimizer step").min(1).default_value(node(1));
+  s.add("train.clip_max_norm", Type::kDouble, "clip the global gradient L2 norm (0: off)").min(0).default_value(node(0.0));
+  s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
+  s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));
+  s.add("train.eval_every_n_steps", Type::kInt, "optimizer steps between evaluations (0: each epoch end)").min(0).default_value(node(0));
+  s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
+  // optimizer
+  s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));
+  s.add("optim.lr", Type::kDouble, "peak learning rate").min(0).default_value(node(1e-3));
+  s.add("optim.betas", Type::kDoubleList, "Adam betas").min(0).max(0.999999).default_value(YAML::Load("[0.9, 0.999]"));
+  s.add("optim.eps", Type::kDouble, "Adam epsilon").min(0).default_value(node(1e-8));
+  s.add("optim.weight_decay", Type::kDouble, "weight decay (not applied to biases and norms)").min(0).default_value(node(0.01));
+  s.add("optim.momentum", Type::kDouble, "SGD momentum").min(0).default_value(node(0.0));
+  s.add("optim.nesterov", Type::kBool, "SGD Nesterov momentum").default_value(node(false));
+  s.add("optim.dampening", Type::kDouble, "SGD dampening").min(0).max(1).default_value(node(0.0));
+  s.add("optim.implementation", Type::kString, "kernel choice").choices({"auto", "fused", "foreach"}).default_value(node("auto"));
+  s.add("optim.no_decay", Type::kStringList, "name substrings exempt from weight decay").default_value(YAML::Load("[bias, norm, bn, ln]"));
+  // schedule
+  s.add("schedule.type", Type::kString, "LR schedule after warmup")
+      .choices({"cosine", "linear", "step", "constant", "plateau"}).default_value(node("constant"));
+  s.add("schedule.warmup_steps", Type::kInt, "linear warmup steps").min(0).default_value(node(0));
+  s.add("schedule.warmup_start_factor", Type::kDouble, "warmup starts at this fraction of lr").min(0).max(1).default_value(node(0.0));
+  s.add("schedule.total_steps", Type::kInt, "cosine/linear: decay length (0: the whole run)").min(0).default_value(node(0));
+  s.add("schedule.min_lr_factor", Type::kDouble, "final lr as a fraction of lr").min(0).max(1).default_value(node(0.0));
+  s.add("schedule.step_size", Type::kInt, "step: steps between decays").min(1).default_value(node(1000));
+  s.add("schedule.gamma", Type::kDouble, "step: decay factor").min(1e-12).max(1).default_value(node(0.1));
+  s.add("schedule.factor", Type::kDouble, "plateau: decay factor").min(0).max(0.999999).default_value(node(0.1));
+  s.add("schedule.mode", Type::kString, "plateau: whether the monitored metric should fall or rise (auto: the task says)")
+      .choices({"auto", "min", "max"}).default_value(node("auto"));
+  s.add("schedule.patience", Type::kInt, "plateau: evaluations without improvement").min(0).default_value(node(10));
+  s.add("schedule.threshold", Type::kDouble, "plateau: relative improvement that counts").min(0).default_value(node(1e-4));
+  // ema
+  s.add("ema.enabled", Type::kBool, "keep an exponential moving average of the weights").default_value(node(false));
+  s.add("ema.decay", Type::kDouble, "EMA decay").min(0).max(1).default_value(node(0.999));
+  s.add("ema.every_n_steps", Type::kInt, "optimizer steps between EMA updates").min(1).default_value(node(1));
+  s.add("ema.start_step", Type::kInt, "first optimizer step averaged").min(0).default_value(node(0));
+  s.add("ema.eval", Type::kBool, "evaluate with the EMA weights").default_value(node(false));
+  // loss scaling (fp16-mixed)
+  s.add("scaler.init_scale", Type::kDouble, "initial loss scale").min(1).default_value(node(65536.0));
+  s.add("scaler.growth_factor", Type::kDouble, "scale growth").min(1).default_value(node(2.0));
+  s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(1e-6).max(1).default_value(node(0.5));
+  s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
+  add_loader_keys(s);
+  data::add_dataset_keys(s);
+  // checkpoints
+  s.add("checkpoint.enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints").default_value(node(true));
+  s.add("checkpoint.every_n_steps", Type::kInt, "optimizer steps between checkpoints (0: not by steps)").min(0).default_value(node(0));
+  s.add("checkpoint.every_n_minutes", Type::kDouble, "minutes between checkpoints (0: not by time)").min(0).default_value(node(0.0));
+  s.add("checkpoint.keep_last", Type::kInt, "checkpoints kept (0: all)").min(0).default_value(node(3));
+  s.add("checkpoint.keep_best", Type::kBool, "also keep the one with the best monitored metric").default_value(node(true));
+  s.add("checkpoint.at_end", Type::kBool, "write one when the run finishes").default_value(node(true));
+  s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
+  s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)").default_value(node(""));
+  s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
+  // profiler trace
+  s.add("profile.enabled", Type::kBool, "write a Chrome trace of some training steps to <run dir>/trace.json").default_value(node(false));
+  s.add("profile.start_step", Type::kInt, "optimizer steps before the trace starts (skip warm-up)").min(0).default_value(node(5));
+  s.add("profile.steps", Type::kInt, "optimizer steps traced").min(1).default_value(node(3));
+  s.add("profile.record_shapes", Type::kBool, "record operator input shapes").default_value(node(true));
+  s.add("profile.memory", Type::kBool, "record tensor allocations").default_value(node(false));
+  s.add("checkpointing", Type::kStringList,
+        "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
+      .default_value(YAML::Load("[]"));
+  s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
+      .min(0).default_value(node(0.0));
+  s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
+  // model
+  s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
+  models::find_model(model_name).add_keys(s);
+
+  for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-size", "data.batch_size"}, {"--epochs", "train.epochs"}, {"--lr", "optim.lr"},
+           {"--precision", "precision"}, {"--device", "device"}, {"--accumulation-steps", "train.accumulation_steps"},
+           {"--clip-max-norm", "train.clip_max_norm"}, {"--seed", "seed"}, {"--output-dir", "output_dir"},
+           {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"},
+           {"--workers", "data.workers"}, {"--prefetch", "data.prefetch"}, {"--data", "data.path"},
+           {"--resume", "resume"}}) {
+    s.alias(flag, key);
+  }
+  return s;
+}
+
+config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
+  config::Config c = file ? config::Config::load(*file) : config::Config::parse(kDemoConfig, "<embedded demo>");
+  c.apply_arguments(args, run_schema("mlp").aliases());
+  std::string model = "mlp";
+  if (c.has("model.name") && c.node("model.name").IsScalar()) model = c.node("model.name").as<std::string>();
+  const auto& entry = models::find_model(model);  // unknown names fail here, naming the closest
+  run_schema(entry.name).validate(c);
+  return c;
+}
+
+void validate_run_config(config::Config& c) {
+  const std::string model = c.has("model.name") && c.node("model.name").IsScalar() ? c.node("model.name").as<std::string>() : "mlp";
+  run_schema(model).validate(c);
+}
+
+}  // namespace bellows::app

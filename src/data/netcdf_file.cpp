@@ -1,0 +1,456 @@
+// The NetCDF format reader over the netCDF C library; see netcdf.h. The library is not thread-safe: every nc_*
+// call in the process holds one mutex. Classic-format files are also checked against their own header, because
+// the library reads the data of a truncated one as zeros without an error.
+#include "bellows/data/netcdf.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <netcdf.h>
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <system_error>
+
+#include "bellows/util/check.h"
+#include "bellows/util/suggest.h"  // defines: closest_match
+
+namespace bellows::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The one lock around the netCDF C library (and the HDF5 library beneath it), process-wide because the
+// library's state is.
+std::mutex& netcdf_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// --- classic-format truncation check ---
+// The netCDF library reads the data of a truncated classic (CDF-1/2/5) file as zeros without an error, so the
+// header's own layout (documented: "NetCDF Classic Format Specification") is read here to learn where the data
+// end. netCDF-4 files are HDF5, whose library detects truncation itself.
+class ClassicHeader {
+ public:
+  explicit ClassicHeader(std::vector<std::uint8_t> bytes) : b_(std::move(bytes)) {}
+
+  // The byte where the last variable's data end, or nullopt when the header cannot be followed.
+  std::optional<std::uint64_t> data_end() {
+    if (b_.size() < 8 || b_[0] != 'C' || b_[1] != 'D' || b_[2] != 'F') return std::nullopt;
+    version_ = b_[3];
+    if (version_ != 1 && version_ != 2 && version_ != 5) return std::nullopt;
+    pos_ = 4;
+    const std::uint64_t numrecs = count();
+    const bool streaming = numrecs == (version_ == 5 ? ~std::uint64_t{0} : 0xffffffffu);
+    std::vector<std::uint64_t> dims;
+    u32();  // NC_DIMENSION, or ABSENT's zero
+    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+      name();
+      dims.push_back(count());
+    }
+    attributes();
+    struct Var {
+      std::uint64_t begin, bytes;
+      bool record;
+    };
+    std::vector<Var> vars;
+    u32();  // NC_VARIABLE, or ABSENT's zero
+    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+      name();
+      const std::uint64_t ndims = count();
+      std::uint64_t elements = 1;
+      bool record = false;
+      for (std::uint64_t d = 0; d < ndims && ok_; ++d) {
+        const std::uint64_t id = version_ == 5 ? u64() : u32();
+        if (id >= dims.size()) return std::nullopt;
+        if (d == 0 && dims[id] == 0) {
+          record = true;
+        } else {
+          elements *= dims[id];
+        }
+      }
+      attributes();
+      const std::uint64_t size = type_size(u32());
+      count();  // vsize: 32 bits can saturate, so sizes are computed from the shape instead
+      const std::uint64_t begin = version_ == 1 ? u32() : u64();
+      if (size == 0) return std::nullopt;
+      vars.push_back({begin, elements * size, record});
+    }
+    if (!ok_) return std::nullopt;
+    std::uint64_t record_size = 0, records = 0, end = pos_;
+    for (const auto& v : vars) {
+      if (v.record) ++records, record_size += (v.bytes + 3) / 4 * 4;
+    }
+    if (records == 1) {
+      for (const auto& v : vars) {
+        if (v.record) record_size = v.bytes;  // a lone record variable is not padded
+      }
+    }
+    for (const auto& v : vars) {
+      if (!v.record) {
+        end = std::max(end, v.begin + v.bytes);
+      } else if (!streaming && numrecs > 0) {
+        end = std::max(end, v.begin + (numrecs - 1) * record_size + v.bytes);
+      }
+    }
+    return end;
+  }
+
+ private:
+  std::uint64_t u32() {
+    if (pos_ + 4 > b_.size()) return fail();
+    std::uint64_t v = 0;
+    for (int i = 0; i < 4; ++i) v = (v << 8) | b_[pos_++];
+    return v;
+  }
+  std::uint64_t u64() {
+    const std::uint64_t hi = u32();
+    return (hi << 32) | u32();
+  }
+  std::uint64_t count() { return version_ == 5 ? u64() : u32(); }
+  std::uint64_t fail() {
+    ok_ = false;
+    pos_ = b_.size();
+    return 0;
+  }
+  void skip(std::uint64_t n) {
+    const std::uint64_t padded = (n + 3) / 4 * 4;  // everything in the header is padded to 4 bytes
+    if (n > b_.size() || padded > b_.size() - pos_) {
+      fail();
+    } else {
+      pos_ += padded;
+    }
+  }
+  void name() { skip(count()); }
+  void attributes() {
+    u32();  // NC_ATTRIBUTE, or ABSENT's zero
+    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+      name();
+      const std::uint64_t size = type_size(u32());
+      const std::uint64_t values = count();
+      if (size == 0 || values > b_.size()) {
+        fail();
+      } else {
+        skip(values * size);
+      }
+    }
+  }
+  static std::uint64_t type_size(std::uint64_t type) {
+    switch (type) {
+      case NC_BYTE:
+      case NC_CHAR:
+      case NC_UBYTE: return 1;
+      case NC_SHORT:
+      case NC_USHORT: return 2;
+      case NC_INT:
+      case NC_FLOAT:
+      case NC_UINT: return 4;
+      case NC_DOUBLE:
+      case NC_INT64:
+      case NC_UINT64: return 8;
+      default: return 0;
+    }
+  }
+
+  std::vector<std::uint8_t> b_;
+  std::size_t pos_ = 0;
+  int version_ = 0;
+  bool ok_ = true;
+};
+
+// Where the data of a classic-format file end according to its header (nullopt: unknown).
+std::optional<std::uint64_t> classic_data_end(const fs::path& path, std::uint64_t file_size) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::uint8_t> head(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, std::uint64_t{16} << 20)));
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  if (!in) return std::nullopt;
+  return ClassicHeader(std::move(head)).data_end();
+}
+
+}  // namespace
+
+struct NetcdfFile::Impl {
+  std::string file;  // the path as given, for messages
+  fs::path path;
+  NetcdfGrid grid;
+  int ncid = -1;
+  std::int64_t n_time = 0, n_lat = 0, n_lon = 0, n_level = 0;
+
+  // --- the library's calls; the caller holds the mutex ---
+
+  [[noreturn]] void fail(const std::string& message, const std::string& hint, ErrorKind kind = ErrorKind::kData) const {
+    BELLOWS_FAIL(kind, fmt::format("{}: {}", file, message), hint);
+  }
+  void check_nc(int status, const std::string& what) const {
+    if (status != NC_NOERR) {
+      fail(fmt::format("{}: {}", what, nc_strerror(status)),
+           "is the file a complete NetCDF file (classic or netCDF-4)? A truncated copy fails like this too");
+    }
+  }
+
+  std::vector<std::string> all_dim_names() const {
+    int n = 0;
+    nc_inq_ndims(ncid, &n);
+    std::vector<std::string> names;
+    for (int d = 0; d < n; ++d) {
+      char name[NC_MAX_NAME + 1] = {};
+      if (nc_inq_dimname(ncid, d, name) == NC_NOERR) names.emplace_back(name);
+    }
+    return names;
+  }
+
+  // The length of dimension `name`, or -1 when the file has none (and `required` is false).
+  std::int64_t dim_length(const std::string& name, const std::string& option, bool required) const {
+    int dimid = -1;
+    if (nc_inq_dimid(ncid, name.c_str(), &dimid) != NC_NOERR) {
+      if (!required) return -1;
+      fail(fmt::format("no dimension '{}'; the file's dimensions: {}", name, fmt::join(all_dim_names(), ", ")),
+           fmt::format("set data.netcdf.{} to the file's name for it", option));
+    }
+    std::size_t len = 0;
+    check_nc(nc_inq_dimlen(ncid, dimid, &len), fmt::format("dimension '{}'", name));
+    return static_cast<std::int64_t>(len);
+  }
+
+  std::vector<std::string> all_var_names() const {
+    int n = 0;
+    nc_inq_nvars(ncid, &n);
+    std::vector<std::string> names;
+    for (int v = 0; v < n; ++v) {
+      char name[NC_MAX_NAME + 1] = {};
+      if (nc_inq_varname(ncid, v, name) == NC_NOERR) names.emplace_back(name);
+    }
+    return names;
+  }
+
+  std::vector<std::string> var_dims(int varid) const {
+    int ndims = 0;
+    check_nc(nc_inq_varndims(ncid, varid, &ndims), "variable dimensions");
+    std::vector<int> ids(static_cast<std::size_t>(ndims));
+    check_nc(nc_inq_vardimid(ncid, varid, ids.data()), "variable dimensions");
+    std::vector<std::string> names;
+    for (const int id : ids) {
+      char name[NC_MAX_NAME + 1] = {};
+      check_nc(nc_inq_dimname(ncid, id, name), "dimension name");
+      names.emplace_back(name);
+    }
+    return names;
+  }
+
+  // Whether dims are (time, lat, lon) or (time, level, lat, lon), in any order.
+  bool is_grid(const std::vector<std::string>& dims) const {
+    const auto has = [&](const std::string& d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
+    const bool base = has(grid.time_dim) && has(grid.lat_dim) && has(grid.lon_dim);
+    return base && (dims.size() == 3 || (dims.size() == 4 && has(grid.level_dim)));
+  }
+
+  std::string grid_text() const {
+    return fmt::format("({}, {}, {}) or ({}, {}, {}, {})", grid.time_dim, grid.lat_dim, grid.lon_dim,
+                       grid.time_dim, grid.level_dim, grid.lat_dim, grid.lon_dim);
+  }
+
+  NetcdfVariable open_variable(const std::string& name, const std::string& role) const {
+    NetcdfVariable v;
+    v.name = name;
+    if (nc_inq_varid(ncid, name.c_str(), &v.varid) != NC_NOERR) {
+      const auto names = all_var_names();
+      const auto close = closest_match(name, names);
+      fail(fmt::format("no variable '{}'{}; the file's variables: {}", name,
+                       close ? fmt::format(" (did you mean '{}'?)", *close) : "", fmt::join(names, ", ")),
+           fmt::format("set data.netcdf.{} to variables of the file", role));
+    }
+    v.dims = var_dims(v.varid);
+    if (!is_grid(v.dims)) {
+      fail(fmt::format("variable '{}' has dims ({}), but bellows reads {}", name, fmt::join(v.dims, ", "), grid_text()),
+           "leave the variable out, or set data.netcdf.time_dim/lat_dim/lon_dim/level_dim to the file's names");
+    }
+    nc_type type = NC_NAT;
+    check_nc(nc_inq_vartype(ncid, v.varid, &type), fmt::format("variable '{}'", name));
+    if (type == NC_CHAR || type == NC_STRING || type > NC_STRING) {
+      fail(fmt::format("variable '{}' is not numeric", name), "read numeric variables only");
+    }
+    v.exact_in_float = type == NC_FLOAT || type == NC_SHORT || type == NC_USHORT || type == NC_BYTE || type == NC_UBYTE;
+    for (std::size_t i = 0; i < v.dims.size(); ++i) {
+      const std::string& d = v.dims[i];
+      const int p = static_cast<int>(i);
+      if (d == grid.time_dim) v.p_time = p;
+      if (d == grid.lat_dim) v.p_lat = p;
+      if (d == grid.lon_dim) v.p_lon = p;
+      if (d == grid.level_dim) v.p_level = p;
+      v.lens.push_back(static_cast<std::size_t>(d == grid.time_dim  ? n_time
+                                                : d == grid.lat_dim ? n_lat
+                                                : d == grid.lon_dim ? n_lon
+                                                                    : n_level));
+    }
+    v.levels = v.p_level >= 0 ? n_level : 1;
+
+    // Packing (CF): value = raw * scale_factor + add_offset. Missing data: _FillValue, missing_value, and for
+    // float/double variables without _FillValue the library's default fill (what unwritten regions hold).
+    const auto attribute = [&](const char* att, std::vector<double>& out) {
+      std::size_t len = 0;
+      if (nc_inq_attlen(ncid, v.varid, att, &len) != NC_NOERR || len == 0) return false;
+      out.resize(len);
+      check_nc(nc_get_att_double(ncid, v.varid, att, out.data()), fmt::format("attribute {}:{}", name, att));
+      return true;
+    };
+    std::vector<double> values;
+    if (attribute("scale_factor", values)) v.scale = values[0];
+    if (attribute("add_offset", values)) v.offset = values[0];
+    if (attribute("_FillValue", values)) {
+      v.missing.push_back(values[0]);
+    } else if (type == NC_FLOAT) {
+      v.missing.push_back(static_cast<double>(NC_FILL_FLOAT));
+    } else if (type == NC_DOUBLE) {
+      v.missing.push_back(NC_FILL_DOUBLE);
+    }
+    if (attribute("missing_value", values)) v.missing.insert(v.missing.end(), values.begin(), values.end());
+    return v;
+  }
+
+  // A 1-D coordinate variable named like the dimension, if the file has one.
+  std::vector<double> coordinate(const std::string& dim, std::int64_t length) const {
+    int varid = -1;
+    if (length <= 0 || nc_inq_varid(ncid, dim.c_str(), &varid) != NC_NOERR) return {};
+    const auto dims = var_dims(varid);
+    if (dims.size() != 1 || dims[0] != dim) return {};
+    std::vector<double> values(static_cast<std::size_t>(length));
+    check_nc(nc_get_var_double(ncid, varid, values.data()), fmt::format("coordinate variable '{}'", dim));
+    return values;
+  }
+
+  // --- reading: blocks of time steps as float32 [nt, levels, lat, lon], unpacked and checked ---
+
+  at::Tensor read_block(const NetcdfVariable& v, std::int64_t t0, std::int64_t nt) const {
+    std::vector<std::size_t> start(v.dims.size(), 0), count = v.lens;
+    start[static_cast<std::size_t>(v.p_time)] = static_cast<std::size_t>(t0);
+    count[static_cast<std::size_t>(v.p_time)] = static_cast<std::size_t>(nt);
+    at::Tensor raw =
+        at::empty(std::vector<std::int64_t>(count.begin(), count.end()), v.exact_in_float ? at::kFloat : at::kDouble);
+    const int status = v.exact_in_float
+                           ? nc_get_vara_float(ncid, v.varid, start.data(), count.data(), raw.data_ptr<float>())
+                           : nc_get_vara_double(ncid, v.varid, start.data(), count.data(), raw.data_ptr<double>());
+    if (status != NC_NOERR) {
+      fail(fmt::format("cannot read variable '{}' at time index {}{}: {}", v.name, t0,
+                       nt > 1 ? fmt::format("..{}", t0 + nt - 1) : "", nc_strerror(status)),
+           "the file may be truncated or damaged: copy it again");
+    }
+    raw = v.p_level >= 0 ? raw.permute({v.p_time, v.p_level, v.p_lat, v.p_lon})
+                         : raw.permute({v.p_time, v.p_lat, v.p_lon}).unsqueeze(1);
+    at::Tensor bad = raw.isnan();
+    for (const double m : v.missing) bad.logical_or_(raw == m);
+    if (bad.any().item<bool>()) {
+      const at::Tensor where = bad.nonzero()[0];
+      const auto at = [&](int i) { return where[i].item<std::int64_t>(); };
+      fail(fmt::format("variable '{}' has a missing value (NaN, _FillValue or missing_value: {}) at time index {}{}, "
+                       "{} index {}, {} index {}",
+                       v.name, fmt::join(v.missing, ", "), t0 + at(0),
+                       v.p_level >= 0 ? fmt::format(", {} index {}", grid.level_dim, at(1)) : "", grid.lat_dim,
+                       at(2), grid.lon_dim, at(3)),
+           "bellows does not fill gaps: fill them (e.g. xarray's interpolate_na) or cut those time steps out");
+    }
+    if (v.scale != 1 || v.offset != 0) raw = raw.to(at::kDouble) * v.scale + v.offset;  // unpacked in float64
+    return raw.to(at::kFloat).contiguous();
+  }
+
+  // Opens the file and reads its dimensions; the caller holds the mutex.
+  void open() {
+    std::error_code ec;
+    BELLOWS_CHECK_DATA(fs::is_regular_file(path, ec), fmt::format("{}: no such file", file),
+                       fmt::format("check the path (relative paths start at {})", fs::current_path().string()));
+    check_nc(nc_open(file.c_str(), NC_NOWRITE, &ncid), "cannot open as NetCDF");
+    try {
+      int format = 0;
+      check_nc(nc_inq_format(ncid, &format), "cannot read the format");
+      if (format == NC_FORMAT_CLASSIC || format == NC_FORMAT_64BIT_OFFSET || format == NC_FORMAT_CDF5) {
+        const std::uint64_t size = fs::file_size(path);
+        const auto end = classic_data_end(path, size);
+        if (end && *end > size) {
+          fail(fmt::format("truncated: its header places data up to byte {}, the file has {} bytes", *end, size),
+               "the file is incomplete (an interrupted copy or download?): copy it again");
+        }
+      }
+      n_time = dim_length(grid.time_dim, "time_dim", true);
+      n_lat = dim_length(grid.lat_dim, "lat_dim", true);
+      n_lon = dim_length(grid.lon_dim, "lon_dim", true);
+      n_level = std::max<std::int64_t>(0, dim_length(grid.level_dim, "level_dim", false));
+    } catch (...) {
+      nc_close(ncid);
+      ncid = -1;
+      throw;
+    }
+  }
+};
+
+NetcdfFile::NetcdfFile(fs::path path, NetcdfGrid grid) : impl_(std::make_unique<Impl>()) {
+  impl_->file = path.string();
+  impl_->path = std::move(path);
+  impl_->grid = std::move(grid);
+  const std::lock_guard lock(netcdf_mutex());
+  impl_->open();
+}
+
+NetcdfFile::~NetcdfFile() {
+  if (impl_ && impl_->ncid >= 0) {
+    const std::lock_guard lock(netcdf_mutex());
+    nc_close(impl_->ncid);
+  }
+}
+
+const std::string& NetcdfFile::file() const {
+  return impl_->file;
+}
+const NetcdfGrid& NetcdfFile::grid() const {
+  return impl_->grid;
+}
+std::int64_t NetcdfFile::time_steps() const {
+  return impl_->n_time;
+}
+std::int64_t NetcdfFile::lat_size() const {
+  return impl_->n_lat;
+}
+std::int64_t NetcdfFile::lon_size() const {
+  return impl_->n_lon;
+}
+std::int64_t NetcdfFile::level_size() const {
+  return impl_->n_level;
+}
+
+std::vector<std::string> NetcdfFile::variable_names() const {
+  const std::lock_guard lock(netcdf_mutex());
+  return impl_->all_var_names();
+}
+
+std::vector<std::string> NetcdfFile::dims_of(const std::string& name) const {
+  const std::lock_guard lock(netcdf_mutex());
+  int varid = -1;
+  impl_->check_nc(nc_inq_varid(impl_->ncid, name.c_str(), &varid), fmt::format("variable '{}'", name));
+  return impl_->var_dims(varid);
+}
+
+bool NetcdfFile::is_grid(const std::vector<std::string>& dims) const {
+  return impl_->is_grid(dims);
+}
+
+std::string NetcdfFile::grid_text() const {
+  return impl_->grid_text();
+}
+
+NetcdfVariable NetcdfFile::variable(const std::string& name, const std::string& option) const {
+  const std::lock_guard lock(netcdf_mutex());
+  return impl_->open_variable(name, option);
+}
+
+std::vector<double> NetcdfFile::coordinate(const std::string& dim, std::int64_t length) const {
+  const std::lock_guard lock(netcdf_mutex());
+  return impl_->coordinate(dim, length);
+}
+
+at::Tensor NetcdfFile::read_block(const NetcdfVariable& v, std::int64_t t0, std::int64_t steps) const {
+  const std::lock_guard lock(netcdf_mutex());
+  return impl_->read_block(v, t0, steps);
+}
+
+}  // namespace bellows::data

@@ -1,0 +1,69 @@
+// data.source: npy -- NumPy .npy/.npz arrays (memory-mapped), as rows or as a series for sliding windows.
+#include <fmt/format.h>
+
+#include "bellows/data/npy.h"
+#include "bellows/data/npy_dataset.h"
+#include "bellows/data/source_registry.h"
+#include "bellows/util/check.h"
+
+namespace bellows::data {
+namespace {
+
+NpyReadOptions read_options(const SourceRequest& r) {
+  NpyReadOptions o;
+  o.mmap = config::get_bool(*r.config, "data.npy.mmap");
+  return o;
+}
+
+std::string npz_member(const std::filesystem::path& path, const std::string& name) {
+  return path.extension() == ".npz" ? fmt::format("{}:{}", path.string(), name) : name;
+}
+
+// "x" and "y" -> a .npy file or FILE.npz:ARRAY. A .npz names its arrays by data.npy.x/y; a single .npy file is
+// x, and data.npy.y may name another file (its default "y", an array name, then means "none").
+std::map<std::string, std::string> arrays(const SourceRequest& r) {
+  const std::string x = config::get_string(*r.config, "data.npy.x"), y = config::get_string(*r.config, "data.npy.y");
+  std::map<std::string, std::string> out;
+  if (r.path.extension() == ".npz") {
+    BELLOWS_CHECK_CONFIG(!x.empty(), "data.npy.x is empty", "name the input array of the .npz file");
+    out.emplace("x", npz_member(r.path, x));
+    if (!y.empty()) out.emplace("y", npz_member(r.path, y));
+  } else {
+    out.emplace("x", r.path.string());
+    if (!y.empty() && y != "y") out.emplace("y", y);
+  }
+  return out;
+}
+
+SourceEntry npy_source() {
+  SourceEntry e;
+  e.name = "npy";
+  e.help = "NumPy .npy/.npz arrays, memory-mapped";
+  e.add_keys = [](config::Schema& s) {
+    using config::Type;
+    auto node = [](auto v) { return YAML::Node(v); };
+    s.add("data.npy.x", Type::kString, ".npz: input array name").default_value(node("x"));
+    s.add("data.npy.y", Type::kString, ".npz: target array name ('' for none); .npy: another file, or file.npz:array").default_value(node("y"));
+    s.add("data.npy.mmap", Type::kBool, "memory-map arrays instead of reading them").default_value(node(true));
+  };
+  e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_npy_dataset(arrays(r), read_options(r)); };
+  e.read_series = [](const SourceRequest& r) {
+    Series s;
+    for (const auto& [name, array] : arrays(r)) {
+      const auto colon = array.rfind(".npz:");
+      at::Tensor t = colon == std::string::npos ? read_npy(array, read_options(r))
+                                                : read_npz_array(array.substr(0, colon + 4), array.substr(colon + 5), read_options(r));
+      if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
+      s.tensors.emplace(name, t);
+    }
+    s.name = fmt::format("npy {}", r.path.string());
+    s.describe_row = [p = r.path.string()](std::int64_t row) { return fmt::format("{} row {}", p, row); };
+    return s;
+  };
+  return e;
+}
+
+const SourceRegistrar kRegistered(npy_source());
+
+}  // namespace
+}  // namespace bellows::data

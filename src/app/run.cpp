@@ -18,6 +18,7 @@
 #include "bellows/obs/memory.h"
 #include "bellows/plan/checkpointing.h"
 #include "bellows/plan/plan.h"
+#include "bellows/train/trainer.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
 

@@ -274,7 +274,7 @@ ModelEntry ddpm_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(ddpm_entry());
+const ModelRegistrar kDdpmRegistered(ddpm_entry());
 
 }  // namespace
 

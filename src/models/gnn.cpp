@@ -322,7 +322,7 @@ ModelEntry gnn_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(gnn_entry());
+const ModelRegistrar kGnnRegistered(gnn_entry());
 
 }  // namespace
 

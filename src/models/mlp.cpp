@@ -89,7 +89,7 @@ ModelEntry mlp_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(mlp_entry());
+const ModelRegistrar kMlpRegistered(mlp_entry());
 
 }  // namespace
 

@@ -247,7 +247,7 @@ ModelEntry resnet_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(resnet_entry());
+const ModelRegistrar kResnetRegistered(resnet_entry());
 
 }  // namespace
 

@@ -247,7 +247,7 @@ ModelEntry text_pair_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(text_pair_entry());
+const ModelRegistrar kTextPairRegistered(text_pair_entry());
 
 }  // namespace
 

@@ -287,7 +287,7 @@ ModelEntry transformer_entry() {
   return e;
 }
 
-const ModelRegistrar kRegistered(transformer_entry());
+const ModelRegistrar kTransformerRegistered(transformer_entry());
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"
 #include "bellows/util/module_tensors.h"  // defines: named_state
 
 namespace bellows::train {
@@ -37,8 +38,7 @@ std::vector<std::string> load_model_tensors(torch::nn::Module& model, const std:
     if (it == tensors.end()) {
       differences.push_back(fmt::format("{}: missing from {}", name, o.source));
     } else if (it->second.sizes() != target.sizes()) {
-      differences.push_back(fmt::format("{}: shape [{}] in {}, [{}] in {}", name, fmt::join(it->second.sizes(), ", "), o.source,
-                                        fmt::join(target.sizes(), ", "), o.target));
+      differences.push_back(fmt::format("{}: shape {} in {}, {} in {}", name, shape_of(it->second), o.source, shape_of(target), o.target));
     }
   }
   for (const auto& [name, t] : tensors) {

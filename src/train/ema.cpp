@@ -18,7 +18,7 @@
 namespace bellows::train {
 namespace {
 
-constexpr const char* kHint = "see the ema section of the configuration";
+constexpr const char* kEmaHint = "see the ema section of the configuration";
 
 at::ScalarType ema_dtype(const at::Tensor& t, bool averaged) {
   if (!averaged) return t.scalar_type();
@@ -29,11 +29,11 @@ at::ScalarType ema_dtype(const at::Tensor& t, bool averaged) {
 
 Ema::Ema(const std::vector<std::pair<std::string, at::Tensor>>& tensors, EmaOptions options) : options_(options) {
   BELLOWS_CHECK_CONFIG(options_.decay >= 0 && options_.decay <= 1,
-                       fmt::format("ema.decay is {}, expected in [0, 1]", options_.decay), kHint);
+                       fmt::format("ema.decay is {}, expected in [0, 1]", options_.decay), kEmaHint);
   BELLOWS_CHECK_CONFIG(options_.every_n_steps >= 1,
-                       fmt::format("ema.every_n_steps is {}, expected >= 1", options_.every_n_steps), kHint);
+                       fmt::format("ema.every_n_steps is {}, expected >= 1", options_.every_n_steps), kEmaHint);
   BELLOWS_CHECK_CONFIG(options_.start_step >= 0,
-                       fmt::format("ema.start_step is {}, expected >= 0", options_.start_step), kHint);
+                       fmt::format("ema.start_step is {}, expected >= 0", options_.start_step), kEmaHint);
   c10::NoGradGuard no_grad;
   std::unordered_set<const void*> seen;
   std::set<std::string> names;

@@ -17,7 +17,7 @@
 namespace bellows::train {
 namespace {
 
-constexpr const char* kHint = "see the schedule section of the configuration";
+constexpr const char* kScheduleHint = "see the schedule section of the configuration";
 
 // The warmup multiplier: a linear ramp from warmup_start_factor to 1 over warmup_steps, then 1.
 double warmup_factor(const ScheduleOptions& o, std::int64_t step) {
@@ -123,13 +123,13 @@ void validate(const ScheduleOptions& o, double base_lr) {
                        fmt::format("the base learning rate is {}, expected >= 0", base_lr),
                        "set optim.lr to a non-negative number");
   BELLOWS_CHECK_CONFIG(o.warmup_steps >= 0, fmt::format("schedule.warmup_steps is {}, expected >= 0", o.warmup_steps),
-                       kHint);
+                       kScheduleHint);
   BELLOWS_CHECK_CONFIG(o.warmup_start_factor >= 0 && o.warmup_start_factor <= 1,
                        fmt::format("schedule.warmup_start_factor is {}, expected in [0, 1]", o.warmup_start_factor),
-                       kHint);
+                       kScheduleHint);
   if (o.type == "cosine" || o.type == "linear" || o.type == "plateau") {
     BELLOWS_CHECK_CONFIG(o.min_lr_factor >= 0 && o.min_lr_factor <= 1,
-                         fmt::format("schedule.min_lr_factor is {}, expected in [0, 1]", o.min_lr_factor), kHint);
+                         fmt::format("schedule.min_lr_factor is {}, expected in [0, 1]", o.min_lr_factor), kScheduleHint);
   }
   if (o.type == "cosine" || o.type == "linear") {
     BELLOWS_CHECK_CONFIG(
@@ -139,16 +139,16 @@ void validate(const ScheduleOptions& o, double base_lr) {
         "set schedule.total_steps to the run's number of optimizer steps");
   }
   if (o.type == "step") {
-    BELLOWS_CHECK_CONFIG(o.step_size > 0, fmt::format("schedule.step_size is {}, expected > 0", o.step_size), kHint);
+    BELLOWS_CHECK_CONFIG(o.step_size > 0, fmt::format("schedule.step_size is {}, expected > 0", o.step_size), kScheduleHint);
     BELLOWS_CHECK_CONFIG(o.gamma > 0 && o.gamma <= 1, fmt::format("schedule.gamma is {}, expected in (0, 1]", o.gamma),
-                         kHint);
+                         kScheduleHint);
   }
   if (o.type == "plateau") {
     BELLOWS_CHECK_CONFIG(o.factor > 0 && o.factor < 1,
-                         fmt::format("schedule.factor is {}, expected in (0, 1)", o.factor), kHint);
-    BELLOWS_CHECK_CONFIG(o.patience >= 0, fmt::format("schedule.patience is {}, expected >= 0", o.patience), kHint);
+                         fmt::format("schedule.factor is {}, expected in (0, 1)", o.factor), kScheduleHint);
+    BELLOWS_CHECK_CONFIG(o.patience >= 0, fmt::format("schedule.patience is {}, expected >= 0", o.patience), kScheduleHint);
     BELLOWS_CHECK_CONFIG(o.threshold >= 0 && std::isfinite(o.threshold),
-                         fmt::format("schedule.threshold is {}, expected >= 0", o.threshold), kHint);
+                         fmt::format("schedule.threshold is {}, expected >= 0", o.threshold), kScheduleHint);
     BELLOWS_CHECK_CONFIG(o.mode == "min" || o.mode == "max",
                          fmt::format("schedule.mode is '{}', expected min or max", o.mode),
                          "min for a loss, max for an accuracy");

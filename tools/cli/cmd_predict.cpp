@@ -21,6 +21,8 @@
 #include "bellows/app/model_setup.h"
 #include "bellows/app/schema.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"
+#include "bellows/util/timer.h"
 #include "command.h"
 #include "exit_codes.h"
 
@@ -36,10 +38,6 @@ struct PredictArgs {
   double eta = 0.0;
   bool ema = false, raw = false;
 };
-
-std::string shape(at::IntArrayRef sizes) {
-  return fmt::format("[{}]", fmt::join(sizes, ", "));
-}
 
 // The input rows: FILE.npy, FILE.npz:ARRAY, or FILE.npz (its array "x", or its only array).
 std::pair<at::Tensor, std::string> read_input(const std::string& spec) {
@@ -72,7 +70,7 @@ std::pair<at::Tensor, std::string> read_input(const std::string& spec) {
   }
   const std::string name = key.empty() ? file.string() : file.string() + ":" + key;
   BELLOWS_CHECK_DATA(x.dim() >= 1 && x.size(0) > 0,
-                     fmt::format("--input {} has shape {}: no rows", name, shape(x.sizes())),
+                     fmt::format("--input {} has shape {}: no rows", name, shape_of(x)),
                      "give an array with one input per row");
   if (at::isFloatingType(x.scalar_type())) x = x.to(at::kFloat);
   return {x, name};
@@ -86,7 +84,7 @@ void check_input_width(const config::Config& c, const at::Tensor& x, const std::
     BELLOWS_CHECK_DATA(
         x.dim() == 2 && x.size(1) == width,
         fmt::format("--input {} has shape {}, the model expects [rows, {}] ({} in the checkpoint's config)", name,
-                    shape(x.sizes()), width, key),
+                    shape_of(x), width, key),
         "give the inputs the model was trained on, one row per sample");
   }
 }
@@ -162,10 +160,10 @@ int run_predict(const PredictArgs& a) {
 
   // --- output: one .npy, written to a temporary name and renamed ---
   data::write_npy(a.output, result);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
   std::cout << fmt::format(
       "wrote {}: {} {} ({} rows of {}; {}, {} weights of {} step {}; {}; {:.2f} s)\n", a.output,
-      c10::toString(result.scalar_type()), shape(result.sizes()), rows, input_name, model_name, use_ema ? "EMA" : "raw",
+      c10::toString(result.scalar_type()), shape_of(result), rows, input_name, model_name, use_ema ? "EMA" : "raw",
       path.filename().string(), cp.step,
       a.samples > 1 ? fmt::format("{} samples per row, seed {}", a.samples, a.seed) : fmt::format("seed {}", a.seed),
       seconds);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bellows/config/config.h"  // defines: Config
-#include "bellows/data/loader.h"    // defines: LoaderStats
+#include "bellows/data/pipeline_stats.h"  // defines: LoaderStats
 #include "bellows/plan/plan.h"      // defines: Plan
 
 namespace bellows::app {

@@ -8,10 +8,11 @@
 #include <filesystem>
 #include <memory>
 
-#include "bellows/config/config.h"    // defines: Config
-#include "bellows/data/loader.h"      // defines: LoaderStats
-#include "bellows/plan/plan.h"        // defines: PlanRequest
-#include "bellows/train/trainer.h"    // defines: FitResult, TrainerOptions
+// Light on purpose (no tensor or module headers): the CLI's train, cv and bench commands include it.
+#include "bellows/config/config.h"          // defines: Config
+#include "bellows/data/pipeline_stats.h"    // defines: LoaderStats
+#include "bellows/plan/plan.h"              // defines: PlanRequest
+#include "bellows/train/fit_result.h"       // defines: FitResult
 
 namespace bellows::data {
 class StreamBuffer;

@@ -13,24 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "bellows/data/batch.h"  // defines: Batch
+#include "bellows/data/batch.h"           // defines: Batch
+#include "bellows/data/pipeline_stats.h"  // defines: StageTimes
 
 namespace bellows::data {
 
 // One sample: named tensors without the batch dimension.
 using Example = std::map<std::string, at::Tensor>;
-
-// Seconds spent in each stage of producing a batch; `bellows bench data` reports them.
-struct StageTimes {
-  double read = 0;       // bytes from storage: file reads, page faults of memory maps, gathers
-  double decode = 0;     // PNG/JPEG/text to numbers
-  double transform = 0;  // resize, crop, flip, normalise, windowing
-  double collate = 0;    // samples to one batch: stack, pad
-  double copy = 0;       // host to device (and pinning)
-
-  StageTimes& operator+=(const StageTimes& o);
-  double total() const { return read + decode + transform + collate + copy; }
-};
 
 // What one fetch call needs besides the indices: where to add stage times, and the seed of this epoch's
 // random augmentation. Augmentations draw from sample_generator(seed, index), so a sample is transformed

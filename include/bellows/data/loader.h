@@ -23,7 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "bellows/data/dataset.h"  // defines: Dataset, StageTimes
+#include "bellows/data/dataset.h"         // defines: Dataset
+#include "bellows/data/pipeline_stats.h"  // defines: StageTimes, LoaderStats
 #include "bellows/data/sampler.h"  // defines: Sampler
 #include "bellows/data/source.h"   // defines: BatchSource
 #include "bellows/data/stager.h"   // defines: DeviceStager
@@ -38,20 +39,6 @@ struct LoaderOptions {
   bool use_prefetch = true;     // false: synchronous loading whatever `workers` says
   bool train = true;            // random augmentation on (evaluation: off)
   double pad_value = 0;         // variable-length samples (collate.h)
-};
-
-// Counters since construction or reset_stats(); `bench data` and the doctor read them.
-struct LoaderStats {
-  std::int64_t batches = 0;
-  std::int64_t samples = 0;
-  std::int64_t bytes = 0;              // bytes of the delivered (host) batches
-  StageTimes stages;                   // summed over workers; copy is the training thread's staging time
-  double worker_busy_seconds = 0;      // summed over workers
-  double wait_seconds = 0;             // the training thread blocked in next() waiting for a batch
-  double wall_seconds = 0;             // since the first next() after construction or reset_stats()
-  std::int64_t workers = 0;            // 0: synchronous
-  std::int64_t prefetch = 0;
-  std::int64_t queue_bytes_peak = 0;   // most bytes held by loaded-but-undelivered batches at once
 };
 
 class Loader final : public BatchSource {

@@ -58,7 +58,8 @@ std::vector<SourceEntry> source_registry();
 std::vector<std::string> source_names();
 
 // Registration, one static object per source (in its own file): bellows' sources and a C++ user's.
-//   static const bellows::data::SourceRegistrar kRegistered(my_source());
+//   static const bellows::data::SourceRegistrar kMySourceRegistered(my_source());
+// (Inside the library, file-local names must differ between files: the unity build compiles several together.)
 void register_source(SourceEntry entry);  // kInternal error on a duplicate name
 struct SourceRegistrar {
   explicit SourceRegistrar(SourceEntry entry) { register_source(std::move(entry)); }

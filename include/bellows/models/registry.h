@@ -40,7 +40,7 @@ struct WeightImport {
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<Task> task;
-  std::vector<WeightImport> imports;  // loaded by app/ right after building
+  std::vector<WeightImport> imports = {};  // loaded by app/ right after building
 };
 
 struct ModelEntry {
@@ -54,7 +54,8 @@ struct ModelEntry {
 std::vector<ModelEntry> registry();
 
 // Registration, one static object per model (in the model's .cpp): bellows' own models and a C++ user's.
-//   static const bellows::models::ModelRegistrar kRegistered(my_entry());
+//   static const bellows::models::ModelRegistrar kMyModelRegistered(my_entry());
+// (Inside the library, file-local names must differ between files: the unity build compiles several together.)
 void register_model(ModelEntry entry);  // kInternal error on a duplicate name
 struct ModelRegistrar {
   explicit ModelRegistrar(ModelEntry entry) { register_model(std::move(entry)); }

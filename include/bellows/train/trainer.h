@@ -19,6 +19,7 @@
 #include "bellows/obs/sink.h"               // defines: Sink
 #include "bellows/precision/precision.h"    // defines: Precision, GradScalerOptions
 #include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
+#include "bellows/train/fit_result.h"       // defines: FitResult
 #include "bellows/train/ema.h"              // defines: Ema, EmaOptions
 #include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
 #include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
@@ -48,18 +49,6 @@ struct TrainerOptions {
   CheckpointOptions checkpoint;                // dir empty: no checkpoints
   obs::ProfileOptions profile;                 // a Chrome trace of chosen steps (off by default)
   nlohmann::json checkpoint_info = nlohmann::json::object();  // stored in each manifest (config, plan)
-};
-
-struct FitResult {
-  std::int64_t steps = 0;           // optimizer steps taken (skipped ones not counted)
-  std::int64_t skipped_steps = 0;
-  std::int64_t epochs_completed = 0;
-  std::int64_t samples = 0;
-  double seconds = 0;
-  double final_loss = 0;            // mean training loss over the last logging window
-  std::optional<double> last_eval;  // the task's monitor metric at the last evaluation
-  bool interrupted = false;
-  std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
 };
 
 class Trainer {

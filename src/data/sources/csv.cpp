@@ -56,7 +56,7 @@ SourceEntry csv_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(csv_source());
+const SourceRegistrar kCsvRegistered(csv_source());
 
 }  // namespace
 }  // namespace bellows::data

@@ -52,7 +52,7 @@ SourceEntry image_folder_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(image_folder_source());
+const SourceRegistrar kImageFolderRegistered(image_folder_source());
 
 }  // namespace
 }  // namespace bellows::data

@@ -65,7 +65,7 @@ SourceEntry netcdf_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(netcdf_source());
+const SourceRegistrar kNetcdfRegistered(netcdf_source());
 
 }  // namespace
 }  // namespace bellows::data

@@ -63,7 +63,7 @@ SourceEntry npy_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(npy_source());
+const SourceRegistrar kNpyRegistered(npy_source());
 
 }  // namespace
 }  // namespace bellows::data

@@ -44,7 +44,7 @@ SourceEntry stream_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(stream_source());
+const SourceRegistrar kStreamRegistered(stream_source());
 
 }  // namespace
 }  // namespace bellows::data

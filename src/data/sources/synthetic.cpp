@@ -40,7 +40,7 @@ SourceEntry synthetic_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(synthetic_source());
+const SourceRegistrar kSyntheticRegistered(synthetic_source());
 
 }  // namespace
 }  // namespace bellows::data

@@ -55,7 +55,7 @@ SourceEntry text_pairs_source() {
   return e;
 }
 
-const SourceRegistrar kRegistered(text_pairs_source());
+const SourceRegistrar kTextPairsRegistered(text_pairs_source());
 
 }  // namespace
 }  // namespace bellows::data

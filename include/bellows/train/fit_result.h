@@ -1,0 +1,22 @@
+// What a finished (or interrupted) fit reports; a plain record, so that callers of a run need no tensor headers.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+namespace bellows::train {
+
+struct FitResult {
+  std::int64_t steps = 0;           // optimizer steps taken (skipped ones not counted)
+  std::int64_t skipped_steps = 0;
+  std::int64_t epochs_completed = 0;
+  std::int64_t samples = 0;
+  double seconds = 0;
+  double final_loss = 0;            // mean training loss over the last logging window
+  std::optional<double> last_eval;  // the task's monitor metric at the last evaluation
+  bool interrupted = false;
+  std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
+};
+
+}  // namespace bellows::train

@@ -17,10 +17,10 @@ namespace fs = std::filesystem;
 using Result = bellows::testing::CliResult;
 using bellows::testing::slurp;
 
-fs::path scratch() { return bellows::testing::scratch_dir("bellows_workflow"); }
-Result run(const std::string& args) { return bellows::testing::run_cli(args, ""); }
+fs::path workflow_scratch() { return bellows::testing::scratch_dir("bellows_workflow"); }
+Result workflow_run(const std::string& args) { return bellows::testing::run_cli(args, ""); }
 
-fs::path write(const fs::path& dir, const std::string& name, const std::string& text) {
+fs::path workflow_write(const fs::path& dir, const std::string& name, const std::string& text) {
   std::ofstream(dir / name) << text;
   return dir / name;
 }
@@ -42,11 +42,11 @@ checkpoint: {enabled: false}
 )";
 
 TEST(WorkflowCli, PipelineTrainsEveryStageInOrder) {
-  const fs::path dir = scratch();
-  write(dir, "a.yaml", std::string("name: alpha\n") + kStage);
-  write(dir, "b.yaml", std::string("name: beta\n") + kStage);
-  const fs::path p = write(dir, "p.yaml", "pipeline: [a.yaml, b.yaml]\n");
-  const Result r = run("train " + p.string() + " --output-dir " + (dir / "runs").string() + " --max-steps 8 threads=1");
+  const fs::path dir = workflow_scratch();
+  workflow_write(dir, "a.yaml", std::string("name: alpha\n") + kStage);
+  workflow_write(dir, "b.yaml", std::string("name: beta\n") + kStage);
+  const fs::path p = workflow_write(dir, "p.yaml", "pipeline: [a.yaml, b.yaml]\n");
+  const Result r = workflow_run("train " + p.string() + " --output-dir " + (dir / "runs").string() + " --max-steps 8 threads=1");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const auto first = r.out.find("=== pipeline stage 1 of 2"), second = r.out.find("=== pipeline stage 2 of 2");
   ASSERT_NE(first, std::string::npos) << r.out;
@@ -63,25 +63,25 @@ TEST(WorkflowCli, PipelineTrainsEveryStageInOrder) {
     EXPECT_GT(train.back()["mem_peak_mb"].get<double>(), 0);
   }
   // A broken stage: nothing trains, the stage is named, exit 2.
-  write(dir, "c.yaml", std::string("name: gamma\n") + kStage + "optim: {lr: fast}\n");
-  const fs::path broken = write(dir, "q.yaml", "pipeline: [a.yaml, c.yaml]\n");
-  const Result bad = run("train " + broken.string() + " --output-dir " + (dir / "runs2").string());
+  workflow_write(dir, "c.yaml", std::string("name: gamma\n") + kStage + "optim: {lr: fast}\n");
+  const fs::path broken = workflow_write(dir, "q.yaml", "pipeline: [a.yaml, c.yaml]\n");
+  const Result bad = workflow_run("train " + broken.string() + " --output-dir " + (dir / "runs2").string());
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("pipeline stage 2 of 2 (c.yaml)"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(dir / "runs2" / "alpha"));
 }
 
 TEST(WorkflowCli, CheckpointingKeyIsCheckedAndPlanned) {
-  const fs::path dir = scratch();
-  const fs::path cfg = write(dir, "m.yaml", std::string("name: m\n") + kStage);
+  const fs::path dir = workflow_scratch();
+  const fs::path cfg = workflow_write(dir, "m.yaml", std::string("name: m\n") + kStage);
   // The MLP has no checkpointable blocks: named patterns are an error, auto says why it is off.
-  const Result named = run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[layers.*]");
+  const Result named = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[layers.*]");
   EXPECT_EQ(named.code, 2) << named.err;
   EXPECT_NE(named.err.find("has no checkpointable blocks"), std::string::npos) << named.err;
-  const Result mixed = run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[auto,x]");
+  const Result mixed = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[auto,x]");
   EXPECT_EQ(mixed.code, 2) << mixed.err;
   EXPECT_NE(mixed.err.find("'auto' must stand alone"), std::string::npos) << mixed.err;
-  const Result autoplan = run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=auto threads=1");
+  const Result autoplan = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=auto threads=1");
   ASSERT_EQ(autoplan.code, 0) << autoplan.err;
   const auto plan = nlohmann::json::parse(slurp(dir / "m" / "plan.json"));
   nlohmann::json row;
@@ -99,29 +99,29 @@ TEST(WorkflowCli, CheckpointingKeyIsCheckedAndPlanned) {
                           ", batch_size: 16, window: {length: 16, horizon: 1}}\n"
                           "model: {name: transformer, in_features: 4, d_model: 32, heads: 2, layers: 3, ff: 64, out_features: 4}\n"
                           "checkpoint: {enabled: false}\n";
-  const fs::path seq_cfg = write(dir, "seq.yaml", seq);
-  const Result tight = run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
+  const fs::path seq_cfg = workflow_write(dir, "seq.yaml", seq);
+  const Result tight = workflow_run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
                            " --max-steps 2 threads=1 checkpointing=auto memory_budget_gib=0.000001");
   ASSERT_EQ(tight.code, 0) << tight.err;
   EXPECT_NE(tight.out.find("checkpointing    3 blocks"), std::string::npos) << tight.out;
   EXPECT_NE(tight.out.find("over 80% of the memory budget"), std::string::npos) << tight.out;
-  const Result roomy = run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 threads=1 checkpointing=auto");
+  const Result roomy = workflow_run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 threads=1 checkpointing=auto");
   ASSERT_EQ(roomy.code, 0) << roomy.err;
   EXPECT_NE(roomy.out.find("checkpointing    off"), std::string::npos) << roomy.out;
-  const Result some = run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
+  const Result some = workflow_run("train " + seq_cfg.string() + " --output-dir " + dir.string() +
                           " --max-steps 2 threads=1 checkpointing=[encoder.layers.1,encoder.layers.2]");
   ASSERT_EQ(some.code, 0) << some.err;
   EXPECT_NE(some.out.find("requested: encoder.layers.1, encoder.layers.2"), std::string::npos) << some.out;
-  const Result wrong = run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[layers.*]");
+  const Result wrong = workflow_run("train " + seq_cfg.string() + " --output-dir " + dir.string() + " --max-steps 2 checkpointing=[layers.*]");
   EXPECT_EQ(wrong.code, 2) << wrong.err;
   EXPECT_NE(wrong.err.find("'layers.*' matches no block"), std::string::npos) << wrong.err;
   EXPECT_NE(wrong.err.find("encoder.layers.0"), std::string::npos) << wrong.err;
 }
 
 TEST(WorkflowCli, ProfileWritesAChromeTraceOfTheChosenSteps) {
-  const fs::path dir = scratch();
-  const fs::path cfg = write(dir, "m.yaml", std::string("name: prof\n") + kStage);
-  const Result r = run("train " + cfg.string() + " --output-dir " + dir.string() +
+  const fs::path dir = workflow_scratch();
+  const fs::path cfg = workflow_write(dir, "m.yaml", std::string("name: prof\n") + kStage);
+  const Result r = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() +
                        " --max-steps 6 threads=1 profile.enabled=true profile.start_step=2 profile.steps=2");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const fs::path trace = dir / "prof" / "trace.json";

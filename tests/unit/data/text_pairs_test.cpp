@@ -28,7 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using test_support::error_from;
 
-std::vector<std::int64_t> longs(const at::Tensor& t) {
+std::vector<std::int64_t> text_longs(const at::Tensor& t) {
   const at::Tensor c = t.to(at::kLong).contiguous();
   return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
 }
@@ -77,13 +77,13 @@ TEST_F(TextPairsTest, ReadsColumnsByNameAndSortsLabels) {
   EXPECT_EQ(d.size(), 4);
   EXPECT_THAT(d.label_names(), ElementsAre("contradiction", "entailment", "neutral"));  // byte-wise sorted
   EXPECT_EQ(d.num_classes(), 3);
-  EXPECT_THAT(longs(d.class_labels()), ElementsAre(2, 0, 1, 2));
+  EXPECT_THAT(text_longs(d.class_labels()), ElementsAre(2, 0, 1, 2));
   EXPECT_EQ(d.describe(1), p.string() + " line 4");  // the blank line 3 is skipped
   EXPECT_THAT(d.name(), HasSubstr("4 pairs, 3 classes"));
   // The premise column is "premise" although it comes last.
   FetchContext context;
   const Example e = d.get(2, context);
-  const auto x = longs(e.at("x"));
+  const auto x = text_longs(e.at("x"));
   const auto bird = d.tokenizer().encode("the bird");
   EXPECT_EQ(std::vector<std::int64_t>(x.begin() + 1, x.begin() + 1 + static_cast<std::ptrdiff_t>(bird.size())), bird);
 }
@@ -93,12 +93,12 @@ TEST_F(TextPairsTest, LabelOrderAsListedOrNumeric) {
   TextPairsOptions o = options(p);
   o.labels = {"entailment", "neutral", "contradiction"};
   TextPairsDataset listed(o);
-  EXPECT_THAT(longs(listed.class_labels()), ElementsAre(1, 0, 2));
+  EXPECT_THAT(text_longs(listed.class_labels()), ElementsAre(1, 0, 2));
   // Integer labels sort as numbers: "2" before "10".
   const fs::path n = write("numeric.tsv", "premise\thypothesis\tlabel\na\tb\t10\nc\td\t2\ne\tf\t1\n");
   TextPairsDataset numeric(options(n));
   EXPECT_THAT(numeric.label_names(), ElementsAre("1", "2", "10"));
-  EXPECT_THAT(longs(numeric.class_labels()), ElementsAre(2, 1, 0));
+  EXPECT_THAT(text_longs(numeric.class_labels()), ElementsAre(2, 1, 0));
 }
 
 TEST_F(TextPairsTest, SampleIsClsPremiseSepHypothesisSepWithSegments) {
@@ -114,10 +114,10 @@ TEST_F(TextPairsTest, SampleIsClsPremiseSepHypothesisSepWithSegments) {
   expected.push_back(tok.sep_id());
   expected.insert(expected.end(), b.begin(), b.end());
   expected.push_back(tok.sep_id());
-  EXPECT_EQ(longs(e.at("x")), expected);
+  EXPECT_EQ(text_longs(e.at("x")), expected);
   std::vector<std::int64_t> segments(a.size() + 2, 0);
   segments.resize(expected.size(), 1);
-  EXPECT_EQ(longs(e.at("segments")), segments);
+  EXPECT_EQ(text_longs(e.at("segments")), segments);
   EXPECT_EQ(e.at("y").dim(), 0);
   EXPECT_EQ(e.at("y").item<std::int64_t>(), d.class_labels()[7].item<std::int64_t>());
   EXPECT_EQ(d.label_names()[static_cast<std::size_t>(e.at("y").item<std::int64_t>())], "neutral");  // 7 % 3 == 1
@@ -151,7 +151,7 @@ TEST_F(TextPairsTest, TruncatesLongestFirstToMaxLen) {
   const auto [la, lb] = truncate_longest_first(static_cast<std::int64_t>(a.size()), static_cast<std::int64_t>(b.size()), 12);
   ASSERT_EQ(la + lb + 3, 12);
   FetchContext context;
-  const auto x = longs(d.get(0, context).at("x"));
+  const auto x = text_longs(d.get(0, context).at("x"));
   ASSERT_EQ(x.size(), 12u);
   // The kept tokens are the beginnings of both sentences.
   EXPECT_EQ(std::vector<std::int64_t>(x.begin() + 1, x.begin() + 1 + la), std::vector<std::int64_t>(a.begin(), a.begin() + la));
@@ -172,13 +172,13 @@ TEST_F(TextPairsTest, BatchPadsWithThePadIdAndAddsMasks) {
   ASSERT_LT(n1, n0);
   EXPECT_EQ(batch.at("x").sizes(), (std::vector<std::int64_t>{2, n0}));
   EXPECT_EQ(batch.at("x_mask").scalar_type(), at::kBool);
-  EXPECT_THAT(longs(batch.at("x_lengths")), ElementsAre(n1, n0));
-  EXPECT_EQ(longs(batch.at("x_mask").sum(1)), longs(batch.at("x_lengths")));
-  const auto row = longs(batch.at("x")[0]);
+  EXPECT_THAT(text_longs(batch.at("x_lengths")), ElementsAre(n1, n0));
+  EXPECT_EQ(text_longs(batch.at("x_mask").sum(1)), text_longs(batch.at("x_lengths")));
+  const auto row = text_longs(batch.at("x")[0]);
   for (std::int64_t t = n1; t < n0; ++t) EXPECT_EQ(row[static_cast<std::size_t>(t)], d.pad_id());
-  EXPECT_EQ(longs(batch.at("x")[0].narrow(0, 0, n1)), longs(d.get(1, context).at("x")));
-  EXPECT_EQ(longs(batch.at("segments")[0].narrow(0, n1, n0 - n1)), std::vector<std::int64_t>(static_cast<std::size_t>(n0 - n1), 0));
-  EXPECT_THAT(longs(batch.at("y")), ElementsAre(2, 1));  // neutral, entailment in sorted order
+  EXPECT_EQ(text_longs(batch.at("x")[0].narrow(0, 0, n1)), text_longs(d.get(1, context).at("x")));
+  EXPECT_EQ(text_longs(batch.at("segments")[0].narrow(0, n1, n0 - n1)), std::vector<std::int64_t>(static_cast<std::size_t>(n0 - n1), 0));
+  EXPECT_THAT(text_longs(batch.at("y")), ElementsAre(2, 1));  // neutral, entailment in sorted order
 }
 
 TEST_F(TextPairsTest, ErrorsNameTheFileAndLine) {
@@ -247,7 +247,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   ASSERT_TRUE(t && v);
   EXPECT_EQ(&t->tokenizer(), &v->tokenizer());
   EXPECT_EQ(v->label_names(), t->label_names());  // the validation file alone has only "neutral"
-  EXPECT_THAT(longs(v->class_labels()), ElementsAre(2));
+  EXPECT_THAT(text_longs(v->class_labels()), ElementsAre(2));
 
   // Fold 1 of 3 validates, the others train; the dataset under the subsets is still found.
   splits = build_datasets(test_support::data_config(base + ", cv: {folds: 3, fold: 1}}\n"));
@@ -257,7 +257,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   EXPECT_EQ(find_text_pairs(*splits.train)->num_classes(), 3);
   // Stratified: every class has 20 rows, so 20/3 of each per fold, within one.
   const at::Tensor counts = at::bincount(splits.val->class_labels());
-  EXPECT_THAT(longs(counts), ElementsAre(::testing::AllOf(::testing::Ge(6), ::testing::Le(7)), ::testing::AllOf(::testing::Ge(6), ::testing::Le(7)),
+  EXPECT_THAT(text_longs(counts), ElementsAre(::testing::AllOf(::testing::Ge(6), ::testing::Le(7)), ::testing::AllOf(::testing::Ge(6), ::testing::Le(7)),
                                         ::testing::AllOf(::testing::Ge(6), ::testing::Le(7))));
   const config::Config fold3 = test_support::data_config(base + ", cv: {folds: 3, fold: 3}}\n");
   const Error e = error_from([&] { build_datasets(fold3); });

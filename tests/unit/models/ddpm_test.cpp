@@ -22,7 +22,7 @@ namespace {
 using test_support::error_from;
 using test_support::expect_gradients_match;
 
-DdpmOptions tiny(std::int64_t steps = 10, const std::string& schedule = "linear") {
+DdpmOptions tiny_ddpm(std::int64_t steps = 10, const std::string& schedule = "linear") {
   DdpmOptions o;
   o.context_features = 3;
   o.out_features = 4;
@@ -34,7 +34,7 @@ DdpmOptions tiny(std::int64_t steps = 10, const std::string& schedule = "linear"
   return o;
 }
 
-std::int64_t parameter_count(const torch::nn::Module& m) {
+std::int64_t ddpm_parameter_count(const torch::nn::Module& m) {
   std::int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
@@ -47,7 +47,7 @@ TEST(DdpmModel, W5ShapesParameterCountAndScheduleBuffers) {
   const at::Tensor t = at::tensor({0, 1, 17, 48, 49}, at::kLong);
   EXPECT_EQ(model->forward(x, t, c).sizes(), (std::vector<std::int64_t>{5, 256}));
   // 7*256+256 + (256+32+256)*256+256 + 256*256+256 + 256*256+256
-  EXPECT_EQ(parameter_count(*model), 273152);
+  EXPECT_EQ(ddpm_parameter_count(*model), 273152);
   // The schedule is a pair of buffers: saved with the weights and moved with the module.
   const auto tensors = train::model_tensors(*model);
   ASSERT_TRUE(tensors.count("betas") && tensors.count("alphas_cumprod"));
@@ -61,7 +61,7 @@ TEST(DdpmModel, W5ShapesParameterCountAndScheduleBuffers) {
 // With the network's output layer zeroed, what remains is the skip: sqrt(1 - alpha_bar_t) x_t (or nothing).
 TEST(DdpmModel, SkipAddsTheLinearNoiseEstimate) {
   for (const bool skip : {true, false}) {
-    DdpmOptions o = tiny();
+    DdpmOptions o = tiny_ddpm();
     o.skip = skip;
     Ddpm model(o);
     {
@@ -78,11 +78,11 @@ TEST(DdpmModel, SkipAddsTheLinearNoiseEstimate) {
 }
 
 TEST(DdpmModel, BadShapesAndOptionsAreClearErrors) {
-  Ddpm model(tiny());
+  Ddpm model(tiny_ddpm());
   const auto e = error_from([&] { model->forward(at::randn({2, 5}), at::zeros({2}, at::kLong), at::randn({2, 3})); });
   EXPECT_EQ(e.kind(), ErrorKind::kData);
   EXPECT_NE(e.message().find("[2, 5], expected [batch, 4]"), std::string::npos) << e.message();
-  DdpmOptions odd = tiny();
+  DdpmOptions odd = tiny_ddpm();
   odd.time_embedding = 3;
   EXPECT_EQ(error_from([&] { DdpmImpl m(odd); }).kind(), ErrorKind::kConfig);
   EXPECT_EQ(error_from([&] { make_betas("quadratic", 10); }).kind(), ErrorKind::kConfig);
@@ -142,7 +142,7 @@ TEST(DdpmModel, ForwardNoisingHasTheMarginalMeanAndVariance) {
 // Central differences of L = sum(out * w) in float64 against autograd, for sampled parameter and input elements.
 TEST(DdpmModel, GradientsMatchFiniteDifferencesInFloat64) {
   torch::manual_seed(2);
-  Ddpm model(tiny());
+  Ddpm model(tiny_ddpm());
   model->to(at::kDouble);
   const at::Tensor x = at::randn({3, 4}, at::kDouble).requires_grad_(),
                    c = at::randn({3, 3}, at::kDouble).requires_grad_();
@@ -157,7 +157,7 @@ TEST(DdpmModel, GradientsMatchFiniteDifferencesInFloat64) {
 
 TEST(DdpmModel, CheckpointedBlocksGiveTheSameGradients) {
   torch::manual_seed(3);
-  Ddpm model(tiny());
+  Ddpm model(tiny_ddpm());
   const at::Tensor x = at::randn({6, 4}), c = at::randn({6, 3}), t = at::randint(0, 10, {6}, at::kLong);
   auto grads = [&] {
     model->zero_grad();
@@ -175,7 +175,7 @@ TEST(DdpmModel, CheckpointedBlocksGiveTheSameGradients) {
 
 TEST(DdpmSampler, SeededPerRowAndIndependentOfTheBatchSize) {
   torch::manual_seed(4);
-  Ddpm model(tiny());
+  Ddpm model(tiny_ddpm());
   model->eval();
   const at::Tensor c = at::randn({6, 3});
   PredictOptions o;
@@ -205,7 +205,7 @@ TEST(DdpmSampler, SeededPerRowAndIndependentOfTheBatchSize) {
 TEST(DdpmSampler, DdimWithEtaOneOverAllStepsIsTheAncestralSampler) {
   for (const char* schedule : {"linear", "cosine"}) {
     torch::manual_seed(5);
-    Ddpm model(tiny(20, schedule));
+    Ddpm model(tiny_ddpm(20, schedule));
     model->to(at::kDouble);
     model->eval();
     const at::Tensor c = at::randn({5, 3}, at::kDouble);
@@ -223,7 +223,7 @@ TEST(DdpmSampler, DdimWithEtaOneOverAllStepsIsTheAncestralSampler) {
 }
 
 TEST(DdpmSampler, BadRequestsAreClearErrors) {
-  Ddpm model(tiny());
+  Ddpm model(tiny_ddpm());
   PredictOptions o;
   const auto wrong = error_from([&] { model->sample(at::randn({2, 5}), o); });
   EXPECT_EQ(wrong.kind(), ErrorKind::kData);
@@ -330,7 +330,7 @@ TEST(DdpmTask, LearnsASyntheticConditionalTaskAndSamplesItsConditionalMean) {
 
 TEST(DdpmTask, StepIsAScalarMseWithGradients) {
   torch::manual_seed(7);
-  auto model = std::make_shared<DdpmImpl>(tiny());
+  auto model = std::make_shared<DdpmImpl>(tiny_ddpm());
   data::Batch batch;
   batch.tensors = {{"x", at::randn({16, 3})}, {"y", at::randn({16, 4})}};
   batch.size = 16;

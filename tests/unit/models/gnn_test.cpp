@@ -207,7 +207,7 @@ TEST(GnnModel, ScatterSumEqualsHandLoop) {
   EXPECT_EQ(out.narrow(1, 7, 2).abs().max().item<double>(), 0.0);  // nodes 7, 8 receive nothing
 }
 
-GnnOptions tiny(std::int64_t n_lat, std::int64_t n_lon, std::int64_t in, std::int64_t out) {
+GnnOptions tiny_gnn(std::int64_t n_lat, std::int64_t n_lon, std::int64_t in, std::int64_t out) {
   GnnOptions o;
   o.in_channels = in;
   o.out_channels = out;
@@ -222,9 +222,9 @@ GnnOptions tiny(std::int64_t n_lat, std::int64_t n_lon, std::int64_t in, std::in
 
 TEST(GnnModel, OutputShapes) {
   torch::manual_seed(0);
-  Gnn state(tiny(7, 6, 3, 2));
+  Gnn state(tiny_gnn(7, 6, 3, 2));
   EXPECT_EQ(state->forward(at::randn({2, 3, 7, 6})).sizes(), (std::vector<std::int64_t>{2, 2, 7, 6}));
-  GnnOptions o = tiny(5, 9, 4, 4);
+  GnnOptions o = tiny_gnn(5, 9, 4, 4);
   o.residual_channels = {0, 1, 2, 3};
   o.num_gnn_layers = 0;
   o.mlp_layers = 0;
@@ -239,7 +239,7 @@ TEST(GnnModel, OutputShapes) {
 
 // With the same weights, residual prediction is the full-state output plus the mapped input channels.
 TEST(GnnModel, ResidualAddsTheInputChannels) {
-  GnnOptions o = tiny(6, 6, 3, 2);
+  GnnOptions o = tiny_gnn(6, 6, 3, 2);
   torch::manual_seed(3);
   Gnn state(o);
   o.residual_channels = {2, 0};
@@ -253,7 +253,7 @@ TEST(GnnModel, ResidualAddsTheInputChannels) {
 // Samples of a batch share the graph but not their values: a batch gives each sample's own output.
 TEST(GnnModel, BatchSamplesAreIndependent) {
   torch::manual_seed(4);
-  Gnn net(tiny(6, 5, 2, 2));
+  Gnn net(tiny_gnn(6, 5, 2, 2));
   const at::Tensor x = at::randn({3, 2, 6, 5});
   const at::Tensor batched = net->forward(x);
   for (std::int64_t b = 0; b < 3; ++b) EXPECT_TRUE(at::allclose(batched[b], net->forward(x.narrow(0, b, 1))[0], 1e-5, 1e-6));
@@ -263,7 +263,7 @@ TEST(GnnModel, BatchSamplesAreIndependent) {
 // parameter tensor and eight input elements; agreement within 1e-6 x max(1, |numeric|).
 TEST(GnnModel, GradientsMatchFiniteDifferences) {
   torch::manual_seed(5);
-  GnnOptions o = tiny(5, 4, 2, 2);
+  GnnOptions o = tiny_gnn(5, 4, 2, 2);
   o.residual_channels = {1, 0};
   o.mesh.levels = 2;
   Gnn net(o);
@@ -339,7 +339,7 @@ TEST(GnnModel, LearnsAdvectionBelowThreeTenthsOfPersistenceIn400Steps) {
 // Checkpointing processor layers recomputes them in backward; the gradients are bit-identical.
 TEST(GnnModel, CheckpointedProcessorGivesIdenticalGradients) {
   torch::manual_seed(7);
-  GnnOptions o = tiny(8, 7, 3, 3);
+  GnnOptions o = tiny_gnn(8, 7, 3, 3);
   o.num_gnn_layers = 3;
   o.residual_channels = {0, 1, 2};
   Gnn net(o);

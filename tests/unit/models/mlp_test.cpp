@@ -26,7 +26,7 @@ using test_support::expect_gradients_match;
 using test_support::OneThread;
 using Sizes = std::vector<std::int64_t>;
 
-MlpOptions tiny(const std::string& norm, double dropout = 0.0) {
+MlpOptions tiny_mlp(const std::string& norm, double dropout = 0.0) {
   MlpOptions o;
   o.in_features = 5;
   o.hidden = {7, 6};
@@ -38,7 +38,7 @@ MlpOptions tiny(const std::string& norm, double dropout = 0.0) {
 
 TEST(MlpModel, OutputShapesAndParameterNames) {
   for (const std::string norm : {"none", "layer", "batch"}) {
-    Mlp model(tiny(norm));
+    Mlp model(tiny_mlp(norm));
     EXPECT_EQ(model->forward(at::randn({4, 5})).sizes(), (Sizes{4, 3})) << norm;
     // Extra leading dimensions pass through (Linear acts on the last one); BatchNorm1d needs [B, C].
     if (norm != "batch") EXPECT_EQ(model->forward(at::randn({2, 4, 5})).sizes(), (Sizes{2, 4, 3})) << norm;
@@ -56,7 +56,7 @@ TEST(MlpModel, GradientsMatchFiniteDifferencesFloat64) {
   torch::manual_seed(4);
   for (const std::string norm : {"none", "layer", "batch"}) {
     for (const std::string activation : {"gelu", "tanh", "silu"}) {
-      MlpOptions o = tiny(norm);
+      MlpOptions o = tiny_mlp(norm);
       o.activation = activation;
       Mlp model(o);
       model->to(at::kDouble);
@@ -76,7 +76,7 @@ TEST(MlpModel, GradientsMatchFiniteDifferencesFloat64) {
 
 TEST(MlpModel, DropoutActsOnlyInTraining) {
   torch::manual_seed(5);
-  Mlp model(tiny("none", 0.5));
+  Mlp model(tiny_mlp("none", 0.5));
   const at::Tensor x = at::randn({64, 5});
   model->eval();
   EXPECT_TRUE(at::equal(model->forward(x), model->forward(x)));
@@ -85,10 +85,10 @@ TEST(MlpModel, DropoutActsOnlyInTraining) {
 }
 
 TEST(MlpModel, BadOptionsAreConfigErrors) {
-  MlpOptions o = tiny("none");
+  MlpOptions o = tiny_mlp("none");
   o.norm = "group";
   EXPECT_EQ(error_from([&] { Mlp m(o); }).kind(), ErrorKind::kConfig);
-  o = tiny("none");
+  o = tiny_mlp("none");
   o.hidden = {7, 0};
   const Error e = error_from([&] { Mlp m(o); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);

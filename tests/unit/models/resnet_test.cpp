@@ -38,7 +38,7 @@ using test_support::TempDir;
 // --- helpers ---
 
 // Base width 8 (width 0.125): every code path of ResNet-18 at a size that runs in milliseconds.
-ResNetOptions tiny(std::int64_t classes = 4, const std::string& stem = "small", std::int64_t depth = 18) {
+ResNetOptions tiny_resnet(std::int64_t classes = 4, const std::string& stem = "small", std::int64_t depth = 18) {
   ResNetOptions o;
   o.depth = depth;
   o.width = 0.125;
@@ -151,7 +151,7 @@ config::Config resnet_config(const std::string& model_yaml) {
 TEST(ResNet, OutputShapesForBothDepthsAndStems) {
   for (const std::int64_t depth : {18, 34}) {
     for (const std::string stem : {"imagenet", "small"}) {
-      auto model = make(tiny(10, stem, depth));
+      auto model = make(tiny_resnet(10, stem, depth));
       const std::int64_t side = stem == "imagenet" ? 64 : 32;
       const at::Tensor out = model->forward(at::randn({2, 3, side, side}));
       EXPECT_EQ(out.sizes().vec(), (std::vector<std::int64_t>{2, 10})) << depth << " " << stem;
@@ -166,7 +166,7 @@ TEST(ResNet, OutputShapesForBothDepthsAndStems) {
     }
   }
   // Non-square and odd sizes pool globally to the same head.
-  EXPECT_EQ(make(tiny(3, "imagenet"))->forward(at::randn({1, 3, 45, 77})).sizes().vec(),
+  EXPECT_EQ(make(tiny_resnet(3, "imagenet"))->forward(at::randn({1, 3, 45, 77})).sizes().vec(),
             (std::vector<std::int64_t>{1, 3}));
 }
 
@@ -197,7 +197,7 @@ TEST(ResNet, BaseChannelsRoundToMultiplesOfEightAtLeastEight) {
   EXPECT_EQ(resnet_base_channels(0.01), 8);
   EXPECT_EQ(resnet_base_channels(1.5), 96);
   EXPECT_EQ(error_from([] { resnet_base_channels(0.0); }).kind(), ErrorKind::kConfig);
-  ResNetOptions o = tiny();
+  ResNetOptions o = tiny_resnet();
   o.depth = 50;
   const Error e = error_from([&] { make(o); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
@@ -205,7 +205,7 @@ TEST(ResNet, BaseChannelsRoundToMultiplesOfEightAtLeastEight) {
 }
 
 TEST(ResNet, ZeroInitResidualZeroesEachBlocksLastBatchNorm) {
-  ResNetOptions o = tiny();
+  ResNetOptions o = tiny_resnet();
   o.zero_init_residual = true;
   auto model = make(o);
   int zeroed = 0;
@@ -223,7 +223,7 @@ TEST(ResNet, ZeroInitResidualZeroesEachBlocksLastBatchNorm) {
 // --- inputs ---
 
 TEST(ResNet, RejectsUint8ImagesAndWrongChannelsCastsOtherFloats) {
-  auto model = make(tiny());
+  auto model = make(tiny_resnet());
   model->eval();
   const Error raw = error_from([&] { model->forward(at::zeros({1, 3, 16, 16}, at::kByte)); });
   EXPECT_EQ(raw.kind(), ErrorKind::kData);
@@ -245,7 +245,7 @@ TEST(ResNet, RejectsUint8ImagesAndWrongChannelsCastsOtherFloats) {
 // eight parameters and of the input; BatchNorm in training mode (batch statistics, so the gradient flows through
 // the batch mean and variance too) with the small stem, in evaluation mode with the imagenet stem (max pool).
 void expect_finite_differences(const std::string& stem, bool training, std::int64_t side) {
-  auto model = make(tiny(3, stem), 7);
+  auto model = make(tiny_resnet(3, stem), 7);
   model->to(at::kDouble);
   model->train(training);
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -295,7 +295,7 @@ TEST(ResNet, GradientsMatchFiniteDifferencesEvalModeImagenetStem) {
 // loss on 256 held-out images in evaluation mode is below 0.1 and their accuracy above 95% (chance: 1.39, 25%).
 // (Measured with this seed: 0.0027 after 20 steps, 0.0010 after 30.)
 TEST(ResNet, LearnsFourSyntheticPatternsBelow0_1In25Steps) {
-  auto model = make(tiny(4), 1);
+  auto model = make(tiny_resnet(4), 1);
   auto task = make_classification_task(
       [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<ResNetImpl&>(m).forward(x); });
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(3e-3));
@@ -325,8 +325,8 @@ TEST(ResNet, LearnsFourSyntheticPatternsBelow0_1In25Steps) {
 // same loss and gradients (the recomputation runs the same kernels on the same inputs), and BatchNorm's running
 // statistics moved once (num_batches_tracked 1), bitwise as in the plain step.
 TEST(ResNet, CheckpointingGivesIdenticalGradientsAndRunningStats) {
-  auto plain = make(tiny(4, "imagenet"), 3);
-  auto checkpointed = make(tiny(4, "imagenet"), 3);
+  auto plain = make(tiny_resnet(4, "imagenet"), 3);
+  auto checkpointed = make(tiny_resnet(4, "imagenet"), 3);
   EXPECT_EQ(apply_checkpointing(*checkpointed, {"layer*"}).size(), 8u);
   EXPECT_EQ(apply_checkpointing(*plain, {"layer2.*"}), (std::vector<std::string>{"layer2.0", "layer2.1"}));
   apply_checkpointing(*plain, {});
@@ -367,8 +367,8 @@ TEST(ResNet, CheckpointingGivesIdenticalGradientsAndRunningStats) {
 // within fp32 tolerance, in training and evaluation mode.
 TEST(ResNet, ChannelsLastGivesTheSameResult) {
   for (const bool training : {true, false}) {
-    auto nchw = make(tiny(5, "imagenet"), 4);
-    auto nhwc = make(tiny(5, "imagenet"), 4);
+    auto nchw = make(tiny_resnet(5, "imagenet"), 4);
+    auto nhwc = make(tiny_resnet(5, "imagenet"), 4);
     {
       torch::NoGradGuard no_grad;
       for (auto& p : nhwc->parameters()) {

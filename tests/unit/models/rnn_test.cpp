@@ -34,7 +34,7 @@ using test_support::train_tail_loss;
 using ::testing::HasSubstr;
 using Sizes = std::vector<std::int64_t>;
 
-RnnOptions tiny(const std::string& cell, bool bidirectional, const std::string& pooling) {
+RnnOptions tiny_rnn(const std::string& cell, bool bidirectional, const std::string& pooling) {
   RnnOptions o;
   o.cell = cell;
   o.in_features = 3;
@@ -50,7 +50,7 @@ TEST(RnnModel, OutputShapes) {
   for (const std::string cell : {"lstm", "gru"}) {
     for (const bool bidirectional : {false, true}) {
       for (const std::string pooling : {"last", "mean"}) {
-        RnnModel model(tiny(cell, bidirectional, pooling));
+        RnnModel model(tiny_rnn(cell, bidirectional, pooling));
         const at::Tensor x = at::randn({5, 7, 3});
         EXPECT_EQ(model->forward(x).sizes(), (Sizes{5, 2}));
         EXPECT_EQ(model->forward(x, at::tensor(std::vector<std::int64_t>{7, 1, 3, 7, 6})).sizes(), (Sizes{5, 2}));
@@ -59,10 +59,10 @@ TEST(RnnModel, OutputShapes) {
   }
   // PyTorch's parameter names (nn.LSTM inside a module attribute "rnn"), for weights shared with a peer script.
   std::vector<std::string> names;
-  for (const auto& p : RnnModel(tiny("lstm", true, "last"))->named_parameters()) names.push_back(p.key());
+  for (const auto& p : RnnModel(tiny_rnn("lstm", true, "last"))->named_parameters()) names.push_back(p.key());
   EXPECT_THAT(names, ::testing::IsSupersetOf(
                          {"rnn.weight_ih_l0", "rnn.weight_hh_l1", "rnn.bias_ih_l0_reverse", "head.weight"}));
-  const Error e = error_from([] { RnnModel(tiny("lstm", false, "last"))->forward(at::randn({2, 4, 5})); });
+  const Error e = error_from([] { RnnModel(tiny_rnn("lstm", false, "last"))->forward(at::randn({2, 4, 5})); });
   EXPECT_EQ(e.kind(), ErrorKind::kData);
   EXPECT_THAT(e.message(), HasSubstr("[2, 4, 5]"));
 }
@@ -72,7 +72,7 @@ TEST(RnnModel, GradientsMatchFiniteDifferencesFloat64) {
   torch::manual_seed(1);
   for (const std::string cell : {"lstm", "gru"}) {
     for (const bool bidirectional : {false, true}) {
-      RnnModel model(tiny(cell, bidirectional, bidirectional ? "mean" : "last"));
+      RnnModel model(tiny_rnn(cell, bidirectional, bidirectional ? "mean" : "last"));
       model->to(at::kDouble);
       const at::Tensor x = at::randn({3, 5, 3}, at::kDouble).requires_grad_(true);
       const at::Tensor w = at::randn({3, 2}, at::kDouble);
@@ -95,7 +95,7 @@ TEST(RnnModel, PaddedBatchEqualsEachSequenceAlone) {
   for (const std::string cell : {"lstm", "gru"}) {
     for (const bool bidirectional : {false, true}) {
       for (const std::string pooling : {"last", "mean"}) {
-        RnnModel model(tiny(cell, bidirectional, pooling));
+        RnnModel model(tiny_rnn(cell, bidirectional, pooling));
         model->eval();
         const std::vector<std::int64_t> n{6, 2, 4};
         const at::Tensor x = at::randn({3, 6, 3});

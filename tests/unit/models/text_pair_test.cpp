@@ -49,7 +49,7 @@ using test_support::tiny_encoder;
 
 constexpr std::int64_t kPad = 0, kCls = 2, kSep = 3;
 
-TextPairOptions tiny(double dropout = 0.0, const std::string& pooling = "cls") {
+TextPairOptions tiny_text_pair(double dropout = 0.0, const std::string& pooling = "cls") {
   TextPairOptions o;
   o.vocab_size = 40;
   o.pad_id = kPad;
@@ -91,25 +91,25 @@ std::map<std::string, at::Tensor> encoder_tensors(TextPairClassifierImpl& m) {
 TEST(TextPair, OutputShapesAndParameterNames) {
   torch::manual_seed(1);
   for (const std::string pooling : {"cls", "mean"}) {
-    TextPairClassifier model(tiny(0.0, pooling));
+    TextPairClassifier model(tiny_text_pair(0.0, pooling));
     const Pairs p = random_pairs(4, {3, 5, 1, 6}, {2, 4, 6, 1}, 40);
     EXPECT_EQ(model->forward(p.tokens, p.segments, p.mask).sizes(), (std::vector<std::int64_t>{4, 3})) << pooling;
     EXPECT_EQ(model->forward(p.tokens).sizes(), (std::vector<std::int64_t>{4, 3})) << pooling;
   }
   std::vector<std::string> names;
-  for (const auto& p : TextPairClassifier(tiny())->named_parameters()) names.push_back(p.key());
+  for (const auto& p : TextPairClassifier(tiny_text_pair())->named_parameters()) names.push_back(p.key());
   EXPECT_THAT(names, ::testing::IsSupersetOf({"encoder.token_embedding.weight", "encoder.segment_embedding.weight",
                                               "encoder.transformer.pos_embedding", "encoder.transformer.layers.1.linear1.weight",
                                               "encoder.transformer.norm.weight", "head.weight", "head.bias"}));
   // The pad token's embedding row is zero.
-  TextPairClassifier model(tiny());
+  TextPairClassifier model(tiny_text_pair());
   EXPECT_EQ(model->named_parameters()["encoder.token_embedding.weight"][kPad].abs().sum().item<double>(), 0.0);
 }
 
 TEST(TextPair, PaddingChangesNothing) {
   torch::manual_seed(2);
   for (const std::string pooling : {"cls", "mean"}) {
-    TextPairClassifier model(tiny(0.1, pooling));
+    TextPairClassifier model(tiny_text_pair(0.1, pooling));
     model->eval();
     const Pairs p = random_pairs(3, {4, 2, 5}, {3, 1, 5}, 40);  // lengths 10, 6, 13
     const at::Tensor batched = model->forward(p.tokens, p.segments, p.mask);
@@ -124,7 +124,7 @@ TEST(TextPair, PaddingChangesNothing) {
 TEST(TextPair, GradientsMatchFiniteDifferencesFloat64) {
   torch::manual_seed(3);
   for (const std::string pooling : {"cls", "mean"}) {
-    TextPairClassifier model(tiny(0.0, pooling));
+    TextPairClassifier model(tiny_text_pair(0.0, pooling));
     model->to(at::kDouble);
     model->eval();
     const Pairs p = random_pairs(2, {3, 2}, {2, 4}, 40);
@@ -268,7 +268,7 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
   const TempDir temp("text_pair_test");
   const fs::path& dir = temp.path();
   torch::manual_seed(7);
-  TextPairClassifier source(tiny());
+  TextPairClassifier source(tiny_text_pair());
   // A whole model's tensors (as `bellows ckpt export` writes them): "encoder." prefix, plus the head.
   std::map<std::string, at::Tensor> whole;
   for (const auto& p : source->named_parameters()) whole.emplace(p.key(), p.value().detach());
@@ -279,7 +279,7 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
   ckpt::write_safetensors(dir / "relative.safetensors", relative);
   for (const char* file : {"whole.safetensors", "relative.safetensors"}) {
     torch::manual_seed(8);
-    TextPairClassifier target(tiny());
+    TextPairClassifier target(tiny_text_pair());
     const at::Tensor head = target->named_parameters()["head.weight"].detach().clone();
     EXPECT_TRUE(app::import_weights(*target, encoder_import(dir / file, true)).empty()) << file;
     for (const auto& [name, t] : encoder_tensors(*target)) EXPECT_TRUE(at::equal(t, relative.at(name))) << file << " " << name;
@@ -298,7 +298,7 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
   partial.erase("transformer.layers.1.linear2.bias");
   partial["segment_embedding.weight"] = at::zeros({3, 8});
   ckpt::write_safetensors(dir / "partial.safetensors", partial);
-  TextPairClassifier target(tiny());
+  TextPairClassifier target(tiny_text_pair());
   const Error e = error_from([&] { app::import_weights(*target, encoder_import(dir / "partial.safetensors", true)); });
   EXPECT_EQ(e.kind(), ErrorKind::kData);
   EXPECT_THAT(e.message(), HasSubstr("2 differences"));
@@ -314,7 +314,7 @@ TEST(TextPair, EncoderWeightsLoadByNameWithOrWithoutThePrefix) {
 // gradients are bitwise those without checkpointing.
 TEST(TextPair, CheckpointingTransformerLayersGivesIdenticalGradients) {
   torch::manual_seed(13);
-  TextPairClassifier model(tiny(0.1));
+  TextPairClassifier model(tiny_text_pair(0.1));
   model->train();
   EXPECT_THAT(model->checkpoint_blocks(), ElementsAre("encoder.transformer.layers.0", "encoder.transformer.layers.1"));
   const Pairs p = random_pairs(3, {4, 2, 5}, {3, 1, 5}, 40);

@@ -24,7 +24,7 @@ std::map<std::string, double> metrics_of(const Precision& p) {
   return m;
 }
 
-at::Tensor param(std::vector<float> values) {
+at::Tensor precision_param(std::vector<float> values) {
   return at::tensor(values).requires_grad_(true);
 }
 
@@ -79,7 +79,7 @@ TEST(Precision, EveryPolicySkipsNonFiniteGradients) {
     for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
       SCOPED_TRACE(name + " " + std::to_string(bad));
       const auto prec = make_precision(name, kCpu);
-      std::vector<at::Tensor> params = {param({1, 2}), param({3})};
+      std::vector<at::Tensor> params = {precision_param({1, 2}), precision_param({3})};
       params[0].mutable_grad() = at::tensor({0.5f, bad});
       params[1].mutable_grad() = at::tensor({1.0f});
       int calls = 0;
@@ -103,7 +103,7 @@ TEST(Precision, EveryPolicySkipsNonFiniteGradients) {
 TEST(Precision, Fp16ScalesTheLossAndUnscalesGradientsBeforeClipping) {
   const auto prec = make_precision("fp16-mixed", kCpu);
   EXPECT_EQ(prec->scale_loss(at::scalar_tensor(0.5f)).item<double>(), 32768.0);
-  std::vector<at::Tensor> params = {param({0, 0})};
+  std::vector<at::Tensor> params = {precision_param({0, 0})};
   params[0].mutable_grad() = at::tensor({3.0f, 4.0f}) * 65536.0;
   prec->unscale(params);
   EXPECT_TRUE(params[0].grad().equal(at::tensor({3.0f, 4.0f})));
@@ -129,7 +129,7 @@ TEST(Precision, NonFp16PoliciesNeitherScaleNorChangeGradients) {
     const auto prec = make_precision(name, kCpu, scaler);
     const at::Tensor loss = at::scalar_tensor(0.75f);
     EXPECT_EQ(prec->scale_loss(loss).item<float>(), 0.75f);
-    std::vector<at::Tensor> params = {param({0, 0})};
+    std::vector<at::Tensor> params = {precision_param({0, 0})};
     params[0].mutable_grad() = at::tensor({3.0f, 4.0f});
     prec->unscale(params);
     EXPECT_TRUE(params[0].grad().equal(at::tensor({3.0f, 4.0f})));
@@ -183,7 +183,7 @@ TEST(Precision, StateDictRoundTrip) {
   GradScalerOptions o;
   o.growth_interval = 2;
   const auto a = make_precision("fp16-mixed", kCpu, o);
-  std::vector<at::Tensor> params = {param({1})};
+  std::vector<at::Tensor> params = {precision_param({1})};
   params[0].mutable_grad() = at::ones({1});
   a->step(params, [] {});
   a->step(params, [] {});  // grows to 131072

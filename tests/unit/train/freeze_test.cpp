@@ -12,7 +12,7 @@ namespace {
 
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
-Named make_params() {
+Named make_freeze_params() {
   Named out;
   for (const char* name :
        {"encoder.embed.weight", "encoder.layers.0.attn.weight", "encoder.layers.0.attn.bias",
@@ -41,7 +41,7 @@ TEST(Freeze, GlobMatching) {
 }
 
 TEST(Freeze, FreezesMatchingParameters) {
-  const Named params = make_params();
+  const Named params = make_freeze_params();
   at::Tensor(params[0].second).mutable_grad() = at::ones({2});
   const auto frozen = freeze(params, {"encoder.layers.[0-3].*", "*.bias", "encoder.embed.weight"});
   EXPECT_EQ(frozen, (std::vector<std::string>{"encoder.embed.weight", "encoder.layers.0.attn.weight",
@@ -53,7 +53,7 @@ TEST(Freeze, FreezesMatchingParameters) {
 }
 
 void expect_no_match(const std::string& pattern, const std::string& suggestion) {
-  const Named params = make_params();
+  const Named params = make_freeze_params();
   try {
     freeze(params, {"decoder.*", pattern});
     ADD_FAILURE() << "no error for " << pattern;

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 using models::MlpImpl;
 using ::testing::HasSubstr;
 
-std::shared_ptr<MlpImpl> make_mlp(std::uint64_t seed, std::int64_t hidden = 16) {
+std::shared_ptr<MlpImpl> make_resume_mlp(std::uint64_t seed, std::int64_t hidden = 16) {
   torch::manual_seed(seed);
   models::MlpOptions o;
   o.in_features = 8;
@@ -93,7 +93,7 @@ fs::path fresh(const std::string& tag) {
 TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
   at::globalContext().setDeterministicAlgorithms(true, false);
   // A: uninterrupted, 3 epochs = 63 steps.
-  auto model_a = make_mlp(1);
+  auto model_a = make_resume_mlp(1);
   Trainer a(model_a, task(), options(fresh("a")));
   auto data_a = loader();
   const FitResult ra = a.fit(*data_a);
@@ -109,7 +109,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
     const bool epoch_end = stop % 21 == 0;
     if (epoch_end) ob.max_steps = stop;
     {
-      Trainer b(make_mlp(1), task(), ob);
+      Trainer b(make_resume_mlp(1), task(), ob);
       if (!epoch_end) b.add_sink(std::make_shared<StopAt>(stop, &flag));
       auto data_b = loader();
       const FitResult rb = b.fit(*data_b);
@@ -118,7 +118,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
       ASSERT_EQ(rb.checkpoint.filename(), ckpt::checkpoint_name(stop));
     }
     torch::manual_seed(999);  // the resumed process starts from another RNG state and other weights
-    auto model_c = make_mlp(77);
+    auto model_c = make_resume_mlp(77);
     Trainer c(model_c, task(), options(fresh(fmt::format("c{}", stop))));  // its own checkpoints go elsewhere
     auto data_c = loader();
     const auto latest = ckpt::find_latest_valid(dir);
@@ -133,7 +133,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
     for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(sc.at(key))) << key << " after a stop at " << stop;
     if (stop == 50) {
       // step 40 was written by the background writer (every_n_steps) while the run went on.
-      Trainer d(make_mlp(5), task(), options(fresh("d")));
+      Trainer d(make_resume_mlp(5), task(), options(fresh("d")));
       auto data_d = loader();
       d.restore(ckpt::load_checkpoint(dir / ckpt::checkpoint_name(40)), *data_d);
       d.fit(*data_d);
@@ -148,10 +148,10 @@ TEST(Resume, ShapeMismatchListsTheTensors) {
   TrainerOptions o = options(dir);
   o.epochs = 1;
   o.max_steps = 2;
-  Trainer a(make_mlp(1), task(), o);
+  Trainer a(make_resume_mlp(1), task(), o);
   auto d = loader();
   a.fit(*d);
-  Trainer wider(make_mlp(1, 32), task(), o);
+  Trainer wider(make_resume_mlp(1, 32), task(), o);
   auto d2 = loader();
   try {
     wider.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d2);
@@ -160,7 +160,7 @@ TEST(Resume, ShapeMismatchListsTheTensors) {
     EXPECT_EQ(e.kind(), ErrorKind::kData);
     EXPECT_THAT(e.message(), HasSubstr("shape [16, 8] in the checkpoint, [32, 8] in the model"));
   }
-  Trainer lenient(make_mlp(1, 32), task(), o);
+  Trainer lenient(make_resume_mlp(1, 32), task(), o);
   auto d3 = loader();
   const auto differences = lenient.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d3, /*strict=*/false);
   EXPECT_FALSE(differences.empty());
@@ -232,7 +232,7 @@ TEST(Resume, EveryNMinutesWritesByTheClock) {
     o.checkpoint.every_n_steps = 0;
     o.checkpoint.every_n_minutes = minutes;
     o.checkpoint.keep_last = 0;  // keep all
-    Trainer t(make_mlp(1), task(), o);
+    Trainer t(make_resume_mlp(1), task(), o);
     auto d = loader();
     t.fit(*d);
     const auto all = ckpt::list_checkpoints(dir);

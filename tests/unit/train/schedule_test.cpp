@@ -162,7 +162,7 @@ TEST(Schedule, PlateauStateRoundTrip) {
   }
 }
 
-void expect_config_error(const ScheduleOptions& o, const std::string& needle, double base_lr = 1e-3) {
+void expect_schedule_config_error(const ScheduleOptions& o, const std::string& needle, double base_lr = 1e-3) {
   try {
     make_schedule(o, base_lr);
     ADD_FAILURE() << "no error for " << needle;
@@ -173,29 +173,29 @@ void expect_config_error(const ScheduleOptions& o, const std::string& needle, do
 }
 
 TEST(Schedule, ValidationErrorsNameOptionAndValue) {
-  expect_config_error(opts("cosin"), "did you mean 'cosine'");
+  expect_schedule_config_error(opts("cosin"), "did you mean 'cosine'");
   auto o = opts("cosine");
   o.warmup_steps = 10;
   o.total_steps = 10;
-  expect_config_error(o, "schedule.total_steps is 10");
+  expect_schedule_config_error(o, "schedule.total_steps is 10");
   o = opts("linear");  // total_steps left at 0
-  expect_config_error(o, "schedule.total_steps is 0");
+  expect_schedule_config_error(o, "schedule.total_steps is 0");
   o = opts("step");
   o.step_size = 0;
-  expect_config_error(o, "schedule.step_size is 0");
+  expect_schedule_config_error(o, "schedule.step_size is 0");
   o = opts("constant");
   o.warmup_start_factor = 2;
-  expect_config_error(o, "schedule.warmup_start_factor is 2");
+  expect_schedule_config_error(o, "schedule.warmup_start_factor is 2");
   o = opts("constant");
   o.warmup_steps = -1;
-  expect_config_error(o, "schedule.warmup_steps is -1");
+  expect_schedule_config_error(o, "schedule.warmup_steps is -1");
   o = plateau_options();
   o.mode = "mid";
-  expect_config_error(o, "schedule.mode is 'mid'");
+  expect_schedule_config_error(o, "schedule.mode is 'mid'");
   o = plateau_options();
   o.factor = 1.5;
-  expect_config_error(o, "schedule.factor is 1.5");
-  expect_config_error(opts("constant"), "base learning rate is -1", -1.0);
+  expect_schedule_config_error(o, "schedule.factor is 1.5");
+  expect_schedule_config_error(opts("constant"), "base learning rate is -1", -1.0);
   EXPECT_NO_THROW(make_schedule(opts("constant"), 1e-3)) << "options a type does not use are not checked";
 }
 

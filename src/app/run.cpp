@@ -29,7 +29,6 @@ using train::TrainerOptions;
 
 namespace {
 
-
 // The MLP's input width against the data's, before any step: a clear error instead of a shape mismatch
 // deep inside the first matmul.
 void check_model_input(const config::Config& c, const data::Dataset& train) {

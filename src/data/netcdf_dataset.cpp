@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically
+#include "bellows/util/cache.h"        // defines: user_cache_dir, fnv1a
 #include "bellows/util/check.h"
 #include "bellows/util/timer.h"  // defines: seconds_since
 
@@ -50,12 +50,6 @@ std::string level_text(double v) {
   return fmt::format("{}", v);
 }  // 850.0 -> "850", 0.5 -> "0.5"
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 struct FileStamp {
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
@@ -69,10 +63,8 @@ FileStamp stamp_of(const fs::path& p) {
 }
 
 fs::path cache_dir_path(const fs::path& file) {
-  const char* cache = std::getenv("BELLOWS_CACHE");
-  const char* home = std::getenv("HOME");
-  if (!(cache && *cache) && !(home && *home)) return {};
-  const fs::path root = cache && *cache ? fs::path(cache) : fs::path(home) / ".cache" / "bellows";
+  const fs::path root = user_cache_dir();
+  if (root.empty()) return {};
   const std::string absolute = fs::absolute(file).lexically_normal().string();
   return root / "stats" / fmt::format("{}-{:016x}.json", file.filename().string(), fnv1a(absolute));
 }

@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -22,6 +21,7 @@
 
 #include "bellows/data/subset.h"
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically
+#include "bellows/util/cache.h"        // defines: user_cache_dir, fnv1a
 #include "bellows/util/check.h"
 #include "bellows/util/suggest.h"
 #include "bellows/util/timer.h"  // defines: seconds_since
@@ -129,11 +129,6 @@ std::vector<std::string> sorted_labels(const std::vector<std::string>& values) {
 
 // --- the vocabulary cache ---
 
-std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
-  for (const unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
 // What a cached vocabulary was trained from: the text (hashed) and the options.
 std::string cache_key(const std::vector<std::string>& sentences, const TokenizerTrainOptions& t) {
   std::uint64_t h = fnv1a("bellows text pairs vocabulary v1");
@@ -161,10 +156,8 @@ bool write_text(const fs::path& p, const std::string& text) {
 }
 
 fs::path user_cache_path(const fs::path& data, const std::string& file_name) {
-  const char* cache = std::getenv("BELLOWS_CACHE");
-  const char* home = std::getenv("HOME");
-  if (!(cache && *cache) && !(home && *home)) return {};
-  const fs::path root = cache && *cache ? fs::path(cache) : fs::path(home) / ".cache" / "bellows";
+  const fs::path root = user_cache_dir();
+  if (root.empty()) return {};
   const std::string absolute = fs::absolute(data).lexically_normal().string();
   return root / "tokenizers" / fmt::format("{:016x}-{}", fnv1a(absolute), file_name);
 }

@@ -70,9 +70,8 @@ StateDict to_host(const StateDict& dict, bool copy) {
   const auto cpu = at::TensorOptions().device(at::kCPU);
   for (const auto& [name, t] : dict) {
     // to() aliases a CPU tensor whose suggested format is already contiguous even when its strides are not
-    // (a transposed matrix), hence the explicit contiguous().
-    const at::Tensor host = t.detach().to(cpu, /*non_blocking=*/false, copy, at::MemoryFormat::Contiguous);
-    out.emplace(name, host.is_contiguous() ? host : host.contiguous());
+    // (a transposed matrix), hence contiguous() after it (which returns a contiguous tensor itself).
+    out.emplace(name, t.detach().to(cpu, /*non_blocking=*/false, copy, at::MemoryFormat::Contiguous).contiguous());
   }
   return out;
 }

@@ -2,7 +2,7 @@
 # examples/cape-resnet: generates the PNG image folder (once), trains ResNet-18 on it, and checks from
 # metrics.jsonl that the training loss fell below half its start and validation accuracy beat chance (0.1) by 0.3.
 #   run.sh [--quick] [key=value ...]   --quick: 64x64 images, 320 for training, a short schedule (about 2 minutes
-#   on 2 cores); key=value overrides go to `bellows train` after the example's own (threads=1, precision=fp16-mixed)
+#   on 2 cores); key=value overrides go to `bellows train` after the example's own (e.g. threads=1, precision=fp16-mixed)
 source "$(dirname "$0")/../common.sh" "$@"; [ -z "$quick" ] || shift
 ensure_data train val
 

@@ -42,8 +42,10 @@ std::string import_note(const models::WeightImport& w, const std::vector<std::st
                                          : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; ")));
 }
 
-models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes) {
+models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes,
+                               bool load_imports) {
   models::BuiltModel built = models::find_model(config::get_string(config, "model.name")).build(config, context);
+  if (!load_imports) return built;
   for (const auto& w : built.imports) {
     const auto differences = import_weights(*built.module, w);
     if (notes) notes->push_back(import_note(w, differences));

@@ -1,6 +1,7 @@
 // GradScaler: PyTorch's torch.amp.GradScaler for one optimizer, on the same ATen kernels. The per-step state
 // (found_inf per device, unscaled/stepped) lives between unscale_() and update(); the scale and growth tracker
-// live on the gradients' device once the scaler has seen them, so nothing syncs except step()'s found_inf read.
+// live on the gradients' device once the scaler has seen them, so nothing syncs except step()'s found_inf read;
+// step_on_device() leaves that read to whoever asks for the skip count.
 #include "bellows/precision/grad_scaler.h"
 
 #include <ATen/ATen.h>
@@ -113,6 +114,7 @@ bool GradScaler::step(const std::vector<at::Tensor>& params, const std::function
   for (const auto& [device, t] : found_inf_) found += t.item<double>();  // the one sync of the step
   stepped_ = true;
   last_skipped_ = found != 0;
+  last_found_ = at::Tensor();
   if (last_skipped_) {
     ++skipped_steps_;
   } else {
@@ -121,10 +123,43 @@ bool GradScaler::step(const std::vector<at::Tensor>& params, const std::function
   return !last_skipped_;
 }
 
+at::Tensor GradScaler::step_on_device(const std::vector<at::Tensor>& params, const at::Tensor& nonfinite,
+                                      const std::function<void(const at::Tensor&)>& optimizer_step) {
+  BELLOWS_CHECK(!stepped_, "GradScaler::step_on_device() called twice without update() in between",
+                "call update() after each step");
+  if (options_.enabled || !nonfinite.defined()) unscale_(params);
+  at::NoGradGuard no_grad;
+  at::Tensor found = nonfinite.defined() ? nonfinite.to(at::kFloat) : at::Tensor();
+  for (const auto& [device, t] : found_inf_) {
+    found = found.defined() ? found + on_device(t, found.device()) : t.clone();
+  }
+  if (!found.defined()) {  // no gradient this step and no flag given: a clean step
+    const c10::Device device = scale_.device();
+    found = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  found = found.reshape({}).clamp_max(1.0);  // the fused kernels skip on exactly 1
+  stepped_ = true;
+  optimizer_step(found);
+  if (!skipped_on_device_.defined()) skipped_on_device_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(found.device()));
+  skipped_on_device_.add_(on_device(found, skipped_on_device_.device()).to(at::kLong));
+  step_found_ = found;
+  last_found_ = found;
+  return found;
+}
+
+std::int64_t GradScaler::skipped_steps() const {
+  return skipped_steps_ + (skipped_on_device_.defined() ? skipped_on_device_.item<std::int64_t>() : 0);
+}
+
+bool GradScaler::last_step_skipped() const {
+  return last_found_.defined() ? last_found_.item<float>() != 0 : last_skipped_;
+}
+
 void GradScaler::update() {
   if (options_.enabled) {
     at::Tensor found = at::zeros({}, scale_.options());
-    for (const auto& [device, t] : found_inf_) found = found + on_device(t, scale_.device());
+    if (step_found_.defined()) found = on_device(step_found_, scale_.device());
+    else for (const auto& [device, t] : found_inf_) found = found + on_device(t, scale_.device());
     at::_amp_update_scale_(scale_, growth_tracker_, found, options_.growth_factor, options_.backoff_factor,
                            options_.growth_interval);
   }
@@ -133,6 +168,7 @@ void GradScaler::update() {
 
 void GradScaler::reset_step() {
   found_inf_.clear();
+  step_found_ = at::Tensor();
   unscaled_ = false;
   stepped_ = false;
 }
@@ -147,7 +183,7 @@ std::int64_t GradScaler::growth_tracker() const {
 
 StateDict GradScaler::state_dict() const {
   StateDict dict;
-  put_int(dict, "skipped_steps", skipped_steps_);
+  put_int(dict, "skipped_steps", skipped_steps());
   if (options_.enabled) {
     put_double(dict, "scale", get_scale());
     put_int(dict, "growth_tracker", growth_tracker());
@@ -184,7 +220,9 @@ void GradScaler::load_state_dict(const StateDict& state) {
     growth_tracker_.fill_(tracker);
   }
   skipped_steps_ = skipped;
+  skipped_on_device_ = at::Tensor();
   last_skipped_ = false;
+  last_found_ = at::Tensor();
   reset_step();
 }
 

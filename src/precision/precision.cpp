@@ -1,7 +1,7 @@
 // The four precision policies as one class driven by a small table: which autocast dtype (if any), which TF32
-// setting (if any), and whether the loss is scaled. All of them run the gradient inf/NaN check and skip the
-// optimizer step on a hit: fp16 through an enabled GradScaler, the others through a disabled one, which runs
-// the same ATen kernel with inv_scale = 1.
+// setting (if any), and whether the loss is scaled. All of them skip the optimizer step on non-finite gradients:
+// fp16 through an enabled GradScaler, the others through a disabled one, whose check is the caller's flag
+// (step_on_device: the trainer's gradient norm) or, in step(), the ATen unscale kernel with inv_scale = 1.
 #include "bellows/precision/precision.h"
 
 #include <ATen/Context.h>
@@ -65,7 +65,18 @@ class Policy final : public Precision {
 
   at::Tensor scale_loss(const at::Tensor& loss) override { return scaler_.scale(loss); }
 
-  void unscale(const std::vector<at::Tensor>& params) override { scaler_.unscale_(params); }
+  void unscale(const std::vector<at::Tensor>& params) override {
+    if (scaler_.is_enabled()) scaler_.unscale_(params);  // the others have nothing to unscale
+  }
+
+  at::Tensor step_on_device(const std::vector<at::Tensor>& params, const at::Tensor& nonfinite,
+                            const std::function<void(const at::Tensor&)>& optimizer_step) override {
+    at::Tensor found = scaler_.step_on_device(params, nonfinite, optimizer_step);
+    scaler_.update();
+    return found;
+  }
+
+  std::int64_t skipped_steps() const override { return scaler_.skipped_steps(); }
 
   StepOutcome step(const std::vector<at::Tensor>& params, const std::function<void()>& optimizer_step) override {
     StepOutcome outcome;

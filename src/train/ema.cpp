@@ -54,7 +54,7 @@ const at::Tensor& Ema::ema_value(const Entry& e) const {
   return swapped_ && !e.stash.defined() ? e.live : e.ema;
 }
 
-void Ema::update(std::int64_t optimizer_step) {
+void Ema::update(std::int64_t optimizer_step, const at::Tensor& skipped) {
   BELLOWS_CHECK(!swapped_, "Ema::update() while the EMA weights are swapped in",
                 "call swap() again after evaluation, before training continues");
   c10::NoGradGuard no_grad;
@@ -82,7 +82,15 @@ void Ema::update(std::int64_t optimizer_step) {
     // lerp needs one dtype: reduced-precision weights are widened (a temporary) to the EMA's dtype.
     it->second.second.push_back(e.live.scalar_type() == e.ema.scalar_type() ? e.live : e.live.to(e.ema.scalar_type()));
   }
-  for (auto& [key, lists] : buckets) at::_foreach_lerp_(lists.first, lists.second, 1.0 - options_.decay);
+  for (auto& [key, lists] : buckets) {
+    if (!skipped.defined()) {
+      at::_foreach_lerp_(lists.first, lists.second, 1.0 - options_.decay);
+      continue;
+    }
+    // The weight (1 - decay) x (1 - skipped) as a device scalar: 0 on a skipped step, an exact no-op of lerp.
+    const at::Tensor weight = (1.0 - skipped.to(std::get<0>(key), std::get<2>(key)).reshape({})) * (1.0 - options_.decay);
+    at::_foreach_lerp_(lists.first, lists.second, std::vector<at::Tensor>(lists.first.size(), weight));
+  }
   ++updates_;
 }
 

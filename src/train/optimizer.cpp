@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -117,6 +118,12 @@ void foreach_adam(std::vector<at::Tensor> params, std::vector<at::Tensor> grads,
   at::_foreach_addcdiv_(params, m, denom, neg_step_size);
 }
 
+// found_inf where the kernel runs (a no-op when it is there already); none when not given.
+std::optional<at::Tensor> on_device_of(const at::Tensor& found_inf, const at::Tensor& param) {
+  if (!found_inf.defined()) return std::nullopt;
+  return found_inf.to(param.device(), /*non_blocking=*/true);
+}
+
 }  // namespace
 
 bool fused_kernel_available(const at::Tensor& param) {
@@ -192,8 +199,9 @@ std::vector<at::Tensor> Optimizer::parameters() const {
 }
 
 at::Tensor Optimizer::new_step_tensor(const at::Tensor& param) const {
-  // The fused Adam kernels read the step on the parameter's device; everything else reads it on the host.
-  const c10::Device device = (fused_ && adam_) ? param.device() : c10::Device(c10::kCPU);
+  // The fused kernels' steps live on the parameter's device (Adam reads them there; a skipped update takes them
+  // back down there); the foreach path reads them on the host.
+  const c10::Device device = fused_ ? param.device() : c10::Device(c10::kCPU);
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
@@ -203,8 +211,28 @@ void Optimizer::zero_grad() {
   }
 }
 
-void Optimizer::step() {
+void Optimizer::step(const at::Tensor& found_inf) {
   c10::NoGradGuard no_grad;
+  ++step_count_;
+  if (found_inf.defined()) {
+    BELLOWS_CHECK(found_inf.numel() == 1 && found_inf.scalar_type() == at::kFloat,
+                  fmt::format("found_inf is {} {}, expected a float32 scalar", c10::toString(found_inf.scalar_type()), shape_of(found_inf)),
+                  "pass GradScaler's found_inf (1: skip the update)");
+    // Without fused kernels nothing can skip on the device: read the flag (one sync). So does the first SGD
+    // step with momentum, whose buffers start as the gradient only on an update that really happens.
+    const bool first_momentum_step = !adam_ && options_.momentum != 0 && std::any_of(state_steps_.begin(), state_steps_.end(), [](const auto& steps) {
+      return std::any_of(steps.begin(), steps.end(), [](const at::Tensor& t) { return !t.defined(); });
+    });
+    if (!fused_ || first_momentum_step) {
+      if (found_inf.item<float>() != 0) return;
+      update({});
+      return;
+    }
+  }
+  update(found_inf);
+}
+
+void Optimizer::update(const at::Tensor& found_inf) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
     std::vector<std::size_t> active;
@@ -229,15 +257,15 @@ void Optimizer::step() {
     }
     if (active.empty()) continue;
     if (adam_) {
-      step_adam(g, active, grads);
+      step_adam(g, active, grads, found_inf);
     } else {
-      step_sgd(g, active, grads);
+      step_sgd(g, active, grads, found_inf);
     }
   }
-  ++step_count_;
 }
 
-void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads) {
+void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
+                          const at::Tensor& found_inf) {
   const auto& group = groups_[g];
   for (std::size_t i : active) {
     if (!exp_avg_[g][i].defined()) {
@@ -255,14 +283,18 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
     auto v = pick(exp_avg_sq_[g], idx);
     auto steps = pick(state_steps_[g], idx);
     if (fused_) {
-      at::_foreach_add_(steps, 1);  // the kernels read the incremented step
+      // The kernels read the incremented step; on found_inf they return before touching anything, and the
+      // step goes back down on the device (as torch.optim does with a GradScaler).
+      const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
+      at::_foreach_add_(steps, 1);
       if (decoupled_) {
         at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                          /*amsgrad=*/false, /*maximize=*/false);
+                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
       } else {
         at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                         /*amsgrad=*/false, /*maximize=*/false);
+                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
       }
+      if (found) at::_foreach_add_(steps, *found, /*alpha=*/-1);
     } else {
       foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
                    o.beta2, group.weight_decay, o.eps, decoupled_);
@@ -270,7 +302,8 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
   }
 }
 
-void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads) {
+void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
+                         const at::Tensor& found_inf) {
   const auto& group = groups_[g];
   const auto& o = options_;
   const double wd = group.weight_decay;
@@ -286,7 +319,13 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
       later.push_back(i);
     }
   }
-  at::_foreach_add_(pick(state_steps_[g], active), 1);  // CPU counters: how many updates each parameter had
+  // How many updates each parameter had: on the CPU, or with the fused kernel on its device, where a skipped
+  // update (found_inf) takes the count back down without a sync.
+  std::optional<at::Tensor> found;
+  if (fused_) found = on_device_of(found_inf, group.params[active.front()]);
+  const std::vector<at::Tensor> counted = pick(state_steps_[g], active);
+  at::_foreach_add_(counted, 1);
+  if (found) at::_foreach_add_(counted, *found, /*alpha=*/-1);
 
   for (const auto* subset : {&first, &later}) {
     const bool is_first = subset == &first;
@@ -300,7 +339,7 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
         }
         const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
         at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_, o.dampening, o.nesterov, /*maximize=*/false,
-                        /*is_first_step=*/with_momentum && is_first);
+                        /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
         continue;
       }
       if (wd != 0) grad_list = at::_foreach_add(grad_list, params, wd);

@@ -39,34 +39,40 @@ bool uses_total_steps(const std::string& type) { return type == "cosine" || type
 
 }  // namespace
 
-// Sums over one logging window, kept as device tensors so that logging is the only synchronisation.
+// Sums over one logging window, kept as device tensors so that logging is the only synchronisation: the
+// losses and metrics, the finite gradient norms, and the skip count at the window's start.
 struct Trainer::Window {
   at::Tensor loss_sum;
   std::vector<std::pair<std::string, at::Tensor>> metric_sums;
   std::int64_t micro_batches = 0;
-  double grad_norm_sum = 0;
+  at::Tensor grad_norm_sum;
   std::int64_t optimizer_calls = 0;  // stepped or skipped
+  std::int64_t first_step = 0;       // the step counter at the window's start
+  std::int64_t skipped_before = 0;   // the precision policy's skip count at the window's start
   std::int64_t samples = 0;
   double start_s = 0;
   double epoch_start_s = 0;
 
+  static void accumulate(at::Tensor& sum, const at::Tensor& value) {
+    const at::Tensor v = value.detach().to(at::kFloat);
+    if (sum.defined()) sum.add_(v);
+    else sum = v.clone();
+  }
   void add(const StepOutput& out) {
-    const at::Tensor loss = out.loss.detach().to(at::kFloat);
-    loss_sum = loss_sum.defined() ? loss_sum + loss : loss.clone();
+    accumulate(loss_sum, out.loss);
     if (metric_sums.empty()) {
       for (const auto& [name, value] : out.metrics) metric_sums.emplace_back(name, value.detach().to(at::kFloat).clone());
     } else {
-      for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) {
-        metric_sums[i].second += out.metrics[i].second.detach().to(at::kFloat);
-      }
+      for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) accumulate(metric_sums[i].second, out.metrics[i].second);
     }
     ++micro_batches;
   }
-  void reset(double t) {  // a new logging window; the epoch's start time stays
-    loss_sum = at::Tensor();
+  void reset(double t, std::int64_t step, std::int64_t skipped) {  // a new logging window; the epoch's start time stays
+    loss_sum = grad_norm_sum = at::Tensor();
     metric_sums.clear();
     micro_batches = optimizer_calls = samples = 0;
-    grad_norm_sum = 0;
+    first_step = step;
+    skipped_before = skipped;
     start_s = t;
   }
 };
@@ -103,22 +109,26 @@ void Trainer::message(const std::string& text) {
   for (auto& sink : sinks_) sink->on_message(text);
 }
 
-double Trainer::clip_gradients(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> grads;
+at::Tensor Trainer::clip_gradients(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor>& grads = grads_;  // reused step after step
+  grads.clear();
   for (const auto& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
+  // Everything stays on the device (no .item()): the norm is the step's non-finite check and a reported
+  // metric, read at the logging boundary. The arithmetic is torch.nn.utils.clip_grad_norm_'s.
   const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  const at::Tensor total = at::stack(norms).to(at::kFloat).norm(2);
-  const double norm = total.item<double>();  // the pre-clip norm is a reported metric
-  if (options_.clip_max_norm > 0 && std::isfinite(norm) && norm > options_.clip_max_norm) {
-    at::_foreach_mul_(grads, options_.clip_max_norm / (norm + 1e-6));
+  const at::Tensor total = at::linalg_vector_norm(at::stack(norms).to(at::kFloat), 2);
+  if (options_.clip_max_norm > 0) {
+    // Multiplying by exactly 1 leaves a gradient as it is; a non-finite norm makes a skipped step anyway.
+    at::_foreach_mul_(grads, (options_.clip_max_norm / (total + 1e-6)).clamp_max(1.0));
   }
   if (options_.clip_value > 0) {
-    for (auto& g : grads) g.clamp_(-options_.clip_value, options_.clip_value);
+    at::_foreach_clamp_min_(grads, -options_.clip_value);
+    at::_foreach_clamp_max_(grads, options_.clip_value);
   }
-  return norm;
+  return total;
 }
 
 void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch) {
@@ -135,9 +145,17 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   r.step_time_ms = 1000.0 * (t - w.start_s) / std::max<std::int64_t>(w.optimizer_calls, 1);
   r.lr = optimizer_->lr();
   const double n = static_cast<double>(w.micro_batches);
+  // --- the window's one synchronisation: its sums and skip count come back from the device ---
   r.values.emplace_back("loss", w.loss_sum.item<double>() / n);
   for (const auto& [name, sum] : w.metric_sums) r.values.emplace_back(name, sum.item<double>() / n);
-  r.values.emplace_back("grad_norm", w.grad_norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
+  const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
+  r.values.emplace_back("grad_norm", norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
+  const std::int64_t skipped = precision_->skipped_steps();
+  if (skipped > w.skipped_before) {
+    message(fmt::format("{} of optimizer steps {}-{} skipped: non-finite gradients; parameters, optimizer state and EMA are "
+                        "unchanged by them (the step count and the schedule advance, as in PyTorch)",
+                        skipped - w.skipped_before, w.first_step + 1, step_));
+  }
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
   // Memory monitoring (seed 003): the peak of tensor memory on the device over the window, when counted.
   if (const obs::MemoryStats mem = obs::memory_stats(options_.device); mem.tracked) {
@@ -146,7 +164,7 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   }
   for (auto& sink : sinks_) sink->on_step(r);
   last_record_ = r;
-  w.reset(t);  // keeps epoch_start_s
+  w.reset(t, step_, skipped);  // keeps epoch_start_s
 }
 
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
@@ -216,12 +234,13 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   const std::string monitor = task_->monitor();
   Window window;
   obs::StepProfiler profiler(options_.profile);
+  const std::int64_t skipped_at_start = precision_->skipped_steps();
   model_->train();
   bool done = step_ >= planned;
 
   for (; epoch_ < options_.epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
-    window.reset(now_s());
+    window.reset(now_s(), step_, precision_->skipped_steps());
     window.epoch_start_s = window.start_s;
     while (!done) {
       const std::int64_t micro = std::min(k, train.remaining_in_epoch());
@@ -255,43 +274,38 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         ++batches_in_epoch_;
       }
 
-      // --- unscale, clip, optimizer step (skipped on non-finite gradients), schedule, EMA ---
-      double grad_norm = 0;
-      precision::StepOutcome outcome;
+      // --- unscale, clip, optimizer step (skipped on the device on non-finite gradients), schedule, EMA ---
+      // Nothing here waits for the device: the skip decision is a device flag the fused optimizer and the EMA
+      // obey, and the host learns of a skip at the next logging boundary (emit_step).
       {
         RECORD_USER_SCOPE("bellows::optimizer");
         precision_->unscale(params);
-        grad_norm = clip_gradients(params);
-        optimizer_->set_lr(schedule_->lr(step_));  // a skipped step does not advance the schedule
-        outcome = precision_->step(params, [&] { optimizer_->step(); });
+        const at::Tensor grad_norm = clip_gradients(params);
+        optimizer_->set_lr(schedule_->lr(step_));
+        const at::Tensor skipped = precision_->step_on_device(params, grad_norm.isfinite().logical_not().to(at::kFloat),
+                                                              [&](const at::Tensor& found_inf) { optimizer_->step(found_inf); });
         optimizer_->zero_grad();
+        ++step_;
+        if (ema_) ema_->update(step_, skipped);
+        Window::accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
       }
       ++window.optimizer_calls;
-      window.grad_norm_sum += std::isfinite(grad_norm) ? grad_norm : 0.0;
-      if (outcome.stepped) {
-        ++step_;
-        if (ema_) ema_->update(step_);
-      } else {
-        ++result.skipped_steps;
-        message(fmt::format("step {} skipped: non-finite gradients (grad norm {}); parameters and optimizer state unchanged",
-                            step_ + 1, grad_norm));
-      }
 
       if (profiler.after_step(step_)) message(fmt::format("profile: trace of {} steps written to {}", options_.profile.steps, options_.profile.path.string()));
 
       // --- meters, logging, evaluation, stopping ---
       const bool last_in_epoch = train.remaining_in_epoch() == 0;
-      if (outcome.stepped && step_ % options_.log_every_n_steps == 0 && !last_in_epoch) {
+      if (step_ % options_.log_every_n_steps == 0 && !last_in_epoch) {
         emit_step(window, epoch_, batches_in_epoch_, batches_per_epoch);
       }
-      if (val && options_.eval_every_n_steps > 0 && outcome.stepped && step_ % options_.eval_every_n_steps == 0) {
+      if (val && options_.eval_every_n_steps > 0 && step_ % options_.eval_every_n_steps == 0) {
         run_eval(*val, result, monitor);
       }
       if (step_ >= planned) done = true;
       if (options_.stop_flag && options_.stop_flag->load()) {
         result.interrupted = done = true;
         if (!options_.checkpoint.dir.empty() && options_.checkpoint.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
-      } else if (!options_.checkpoint.dir.empty() && outcome.stepped && !done) {
+      } else if (!options_.checkpoint.dir.empty() && !done) {
         const auto& co = options_.checkpoint;
         const bool by_steps = co.every_n_steps > 0 && step_ % co.every_n_steps == 0;
         const bool by_time = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes;
@@ -314,6 +328,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
   // --- summary ---
   result.steps = step_;
+  result.skipped_steps = precision_->skipped_steps() - skipped_at_start;
   result.samples = samples_;
   result.seconds = now_s() - run_start_s_;
   for (const auto& [name, value] : last_record_.values) {

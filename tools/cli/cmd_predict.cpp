@@ -125,7 +125,7 @@ int run_predict(const PredictArgs& a) {
 
   // --- model: rebuilt through the registry (what it needs of the data from the source's header), weights
   // loaded, on the device ---
-  models::BuiltModel built = app::build_model(c, app::model_context_without_data(c));
+  models::BuiltModel built = app::build_model(c, app::model_context_without_data(c), nullptr, /*load_imports=*/false);
   const auto [weights, use_ema] = checkpoint_weights(cp, path, a);
   train::load_model_tensors(*built.module, weights, /*strict=*/true);
   plan::PlanRequest request;

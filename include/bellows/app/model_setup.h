@@ -24,10 +24,12 @@ models::ModelContext model_context_without_data(const config::Config& config);
 // returns the differences (empty: everything matched).
 std::vector<std::string> import_weights(torch::nn::Module& model, const models::WeightImport& w);
 
-// The registered model named by model.name, built from its keys and `context`, with its imports loaded; a line
-// per import ("loaded encoder weights from F; 2 tensors did not match: ...") goes to `notes` when given.
+// The registered model named by model.name, built from its keys and `context`, with its imports loaded (an
+// encoder's weights); a line per import ("loaded encoder weights from F; 2 tensors did not match: ...") goes to
+// `notes` when given. load_imports = false: the bare model, for callers that load a checkpoint over it
+// (`bellows predict`, which read encoder files it then overwrote).
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context,
-                               std::vector<std::string>* notes = nullptr);
+                               std::vector<std::string>* notes = nullptr, bool load_imports = true);
 
 // The note for an import: "loaded <what> weights from <file>[; N tensors did not match: ...]".
 std::string import_note(const models::WeightImport& w, const std::vector<std::string>& differences);

@@ -47,8 +47,21 @@ class GradScaler {
 
   // Unscales if not yet done, then runs `optimizer_step` unless a non-finite gradient was found.
   // Returns true when the optimizer stepped, false when the step was skipped. A second step() before update()
-  // is a kInternal error. Syncs with the device once (to read found_inf), as PyTorch's step() does.
+  // is a kInternal error. Syncs with the device once (to read found_inf), as PyTorch's step() does;
+  // step_on_device() below does not.
   bool step(const std::vector<at::Tensor>& params, const std::function<void()>& optimizer_step);
+
+  // step() without reading anything back to the host, for a training loop that must not wait for the device
+  // (and for CUDA graphs). `nonfinite`: the caller's own check of this step's gradients (float32, one element,
+  // 1 = non-finite), e.g. from the gradient norm it computes anyway; undefined: none. Enabled, the gradients are
+  // unscaled first (if not yet) and found_inf combines unscale_'s check with `nonfinite`; disabled, `nonfinite`
+  // is the check (no pass over the gradients), or, when undefined, unscale_'s check pass runs.
+  // optimizer_step(found_inf) must leave everything unchanged when found_inf is 1: train::Optimizer::step does,
+  // on the device with fused kernels. Skips are counted on the device; skipped_steps() and last_step_skipped()
+  // read them (a sync), so a loop reads them at its logging boundary. Returns found_inf (on `nonfinite`'s device,
+  // or the gradients'), 1 when this step was skipped.
+  at::Tensor step_on_device(const std::vector<at::Tensor>& params, const at::Tensor& nonfinite,
+                            const std::function<void(const at::Tensor&)>& optimizer_step);
 
   // Adjusts the scale for the next step (growth/backoff) and resets the per-step state. With no gradient seen
   // this step it counts as a clean step.
@@ -56,8 +69,8 @@ class GradScaler {
 
   double get_scale() const;             // 1.0 when disabled; syncs with the scale's device
   std::int64_t growth_tracker() const;  // consecutive clean steps since the last growth or backoff
-  std::int64_t skipped_steps() const { return skipped_steps_; }
-  bool last_step_skipped() const { return last_skipped_; }
+  std::int64_t skipped_steps() const;   // by step() and step_on_device(); the latter's are read from the device
+  bool last_step_skipped() const;       // the last step()/step_on_device(); reads the device for the latter
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -79,10 +92,13 @@ class GradScaler {
   at::Tensor growth_tracker_;  // int32, 0-dim, beside scale_
   bool placed_ = false;
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_;  // float32 0-dim per gradient device, this step
+  at::Tensor step_found_;      // step_on_device(): this step's combined found_inf, for update()
   bool unscaled_ = false;
   bool stepped_ = false;
-  bool last_skipped_ = false;
-  std::int64_t skipped_steps_ = 0;
+  bool last_skipped_ = false;  // step()
+  at::Tensor last_found_;      // step_on_device(): the last step's found_inf (undefined after step())
+  std::int64_t skipped_steps_ = 0;     // by step()
+  at::Tensor skipped_on_device_;       // int64 0-dim: by step_on_device(), counted where the flags are
 };
 
 }  // namespace bellows::precision

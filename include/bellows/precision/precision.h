@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,8 +44,20 @@ class Precision {
   // What backward is called on: the loss, scaled for fp16.
   virtual at::Tensor scale_loss(const at::Tensor& loss) = 0;
 
-  // Brings gradients to their true values (once per step) and finds non-finite ones; call before clipping.
+  // Brings gradients to their true values (once per step); call before clipping. fp16-mixed divides them by the
+  // loss scale and records non-finite ones on the device; the other policies leave them as they are (their
+  // non-finite check is step_on_device()'s flag, or step()'s own pass).
   virtual void unscale(const std::vector<at::Tensor>& params) = 0;
+
+  // The training loop's step, with no sync: `nonfinite` (float32, one element, 1 = some gradient is inf/NaN;
+  // the trainer derives it from the gradient norm it computes anyway) and, for fp16, unscale's check decide on
+  // the device whether optimizer_step(found_inf) updates anything (see GradScaler::step_on_device); the loss
+  // scale is updated on the device. Returns found_inf (1: skipped). skipped_steps() reads the count.
+  virtual at::Tensor step_on_device(const std::vector<at::Tensor>& params, const at::Tensor& nonfinite,
+                                    const std::function<void(const at::Tensor&)>& optimizer_step) = 0;
+
+  // Steps skipped on non-finite gradients so far (restored by load_state_dict); reads the device.
+  virtual std::int64_t skipped_steps() const = 0;
 
   // Unscales if unscale() was not called, runs optimizer_step unless non-finite gradients were found, and
   // updates the loss scale (GradScaler::step + update). Parameters without a gradient are ignored.

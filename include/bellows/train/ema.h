@@ -32,7 +32,10 @@ class Ema {
 
   // Call after each optimizer step with the number of optimizer steps taken so far. Before start_step it
   // copies; from start_step on it averages when optimizer_step % every_n_steps == 0 (copying the buffers).
-  void update(std::int64_t optimizer_step);
+  // `skipped` (optional; float32, one element, 1 = the optimizer skipped this step on non-finite gradients):
+  // averaging then leaves the EMA exactly as it was, decided on the device (no sync); the copies before
+  // start_step and of buffers still run (they copy values the skipped step did not change).
+  void update(std::int64_t optimizer_step, const at::Tensor& skipped = {});
   // Exchanges live and EMA values in place (for eval, and back). Swapping twice restores both exactly. While
   // swapped, update() and load_state_dict() are errors; state_dict() and averaged() still give EMA values.
   void swap();

@@ -8,8 +8,8 @@
 namespace bellows::train {
 
 struct FitResult {
-  std::int64_t steps = 0;           // optimizer steps taken (skipped ones not counted)
-  std::int64_t skipped_steps = 0;
+  std::int64_t steps = 0;           // optimizer steps taken, skipped ones included (as in PyTorch)
+  std::int64_t skipped_steps = 0;   // of them, skipped on non-finite gradients (nothing changed by them)
   std::int64_t epochs_completed = 0;
   std::int64_t samples = 0;
   double seconds = 0;

@@ -56,11 +56,16 @@ class Optimizer {
   // One update of every parameter that has a gradient; a parameter whose gradient is undefined is skipped
   // (its state and step count stay as they are), as in PyTorch. State is created on first update, on the
   // parameter's device. Gradients are read, never modified.
-  void step();
+  // found_inf (optional; float32, one element, 1 = skip): the update is skipped when it is 1 and the parameters,
+  // moments, buffers and per-parameter step counts stay exactly as they were. With the fused kernels this is
+  // decided on the device, with no sync (the kernels take found_inf, as torch.optim's do with a GradScaler);
+  // the foreach implementation and the first SGD update with momentum read it on the host (one sync).
+  // steps() counts the call either way.
+  void step(const at::Tensor& found_inf = {});
   void zero_grad();                     // sets gradients to undefined (no memset, no memory held)
   void set_lr(double lr) { lr_ = lr; }  // the schedule sets this before each step
   double lr() const { return lr_; }
-  std::int64_t steps() const { return step_count_; }  // calls of step() (restored by load_state_dict)
+  std::int64_t steps() const { return step_count_; }  // calls of step(), skipped ones too (restored by load_state_dict)
   bool fused() const { return fused_; }               // which implementation was chosen
   const OptimizerOptions& options() const { return options_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
@@ -79,8 +84,11 @@ class Optimizer {
   void load_state_dict(const StateDict& state);
 
  private:
-  void step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads);
-  void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads);
+  void update(const at::Tensor& found_inf);  // step() after the skip decision; found_inf: none, or on-device skip
+  void step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
+                 const at::Tensor& found_inf);
+  void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
+                const at::Tensor& found_inf);
   at::Tensor new_step_tensor(const at::Tensor& param) const;
 
   OptimizerOptions options_;
@@ -91,7 +99,7 @@ class Optimizer {
   bool adam_ = false;       // adam or adamw (otherwise sgd)
   bool decoupled_ = false;  // adamw
   // Per group, per parameter: first/second moments (adam*), momentum buffers (sgd), step tensors (float32
-  // 0-dim; on the parameter's device for the fused Adam kernels, which read them there; on the CPU otherwise).
+  // 0-dim; on the parameter's device with the fused kernels; on the CPU otherwise).
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_, momentum_buffer_, state_steps_;
 };
 

@@ -93,7 +93,7 @@ class Trainer {
 
  private:
   struct Window;  // meters over one logging window
-  double clip_gradients(const std::vector<at::Tensor>& params);
+  at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
 
@@ -108,7 +108,8 @@ class Trainer {
   std::vector<std::shared_ptr<obs::Sink>> sinks_;
   std::vector<std::pair<std::string, std::string>> header_;
   std::string run_name_ = "run", run_dir_;
-  std::int64_t step_ = 0;            // optimizer steps taken
+  std::int64_t step_ = 0;            // optimizer steps taken, skipped ones included
+  std::vector<at::Tensor> grads_;    // clip_gradients' list, reused
   std::int64_t epoch_ = 0;           // current epoch
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
   std::int64_t samples_ = 0;

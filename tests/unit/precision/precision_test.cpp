@@ -100,6 +100,42 @@ TEST(Precision, EveryPolicySkipsNonFiniteGradients) {
   }
 }
 
+// The trainer's step: the skip is decided on the device from the caller's flag (the gradient norm's) and,
+// under fp16, unscale's own check; the optimizer is always called, with the flag; the count is read later.
+TEST(Precision, StepOnDeviceSkipsByFlagAndCountsOnTheDevice) {
+  for (const std::string& name : precision_names()) {
+    SCOPED_TRACE(name);
+    const auto prec = make_precision(name, kCpu);
+    std::vector<at::Tensor> params = {precision_param({1, 2})};
+    const double scale = name == "fp16-mixed" ? 65536.0 : 1.0;
+    std::vector<float> flags;
+    auto record = [&](const at::Tensor& found) { flags.push_back(found.item<float>()); };
+    // A non-finite gradient that the caller's flag reports.
+    params[0].mutable_grad() = at::tensor({0.5f, std::numeric_limits<float>::infinity()});
+    prec->unscale(params);
+    EXPECT_EQ(prec->step_on_device(params, at::ones({}, at::kFloat), record).item<float>(), 1.0f);
+    // fp16: unscale's own check finds it even when the caller's flag says nothing.
+    params[0].mutable_grad() = at::tensor({0.5f, std::numeric_limits<float>::quiet_NaN()});
+    prec->unscale(params);
+    EXPECT_EQ(prec->step_on_device(params, at::zeros({}, at::kFloat), record).item<float>(), name == "fp16-mixed" ? 1.0f : 0.0f);
+    // A clean step.
+    params[0].mutable_grad() = at::tensor({0.5f, 0.25f}) * (name == "fp16-mixed" ? 16384.0 : 1.0);
+    prec->unscale(params);
+    EXPECT_EQ(prec->step_on_device(params, at::zeros({}, at::kFloat), record).item<float>(), 0.0f);
+    EXPECT_EQ(flags.size(), 3u) << "the optimizer is called on every step, with the flag";
+    EXPECT_EQ(prec->skipped_steps(), name == "fp16-mixed" ? 2 : 1);
+    EXPECT_EQ(metrics_of(*prec).at("skipped_steps"), name == "fp16-mixed" ? 2.0 : 1.0);
+    if (name == "fp16-mixed") {
+      EXPECT_TRUE(params[0].grad().equal(at::tensor({0.5f, 0.25f}))) << "unscaled by the twice backed-off scale";
+      EXPECT_EQ(metrics_of(*prec).at("loss_scale"), scale / 4);
+    }
+    // The count is part of the state and survives a round trip.
+    const auto again = make_precision(name, kCpu);
+    again->load_state_dict(prec->state_dict());
+    EXPECT_EQ(again->skipped_steps(), prec->skipped_steps());
+  }
+}
+
 TEST(Precision, Fp16ScalesTheLossAndUnscalesGradientsBeforeClipping) {
   const auto prec = make_precision("fp16-mixed", kCpu);
   EXPECT_EQ(prec->scale_loss(at::scalar_tensor(0.5f)).item<double>(), 32768.0);

@@ -57,6 +57,30 @@ TEST(Ema, AverageMatchesFormulaAndBuffersAreCopied) {
   EXPECT_EQ(value(ema, "bn.num_batches").scalar_type(), at::kLong);
 }
 
+// The device flag of a skipped optimizer step leaves the average exactly as it was (no sync); a flag of 0 is
+// exactly the unflagged update.
+TEST(Ema, SkippedFlagLeavesTheAverageUnchanged) {
+  Model m;
+  Model twin = m;
+  twin.weight = m.weight.detach().clone().requires_grad_(true);
+  twin.bias = m.bias.detach().clone().requires_grad_(true);
+  twin.running_mean = m.running_mean.clone();
+  twin.batches = m.batches.clone();
+  Ema flagged(m.named(), {.decay = 0.9}), plain(twin.named(), {.decay = 0.9});
+  for (int step = 1; step <= 3; ++step) {
+    at::manual_seed(step);
+    m.train_step(0.5);
+    at::manual_seed(step);
+    twin.train_step(0.5);
+    flagged.update(step, at::zeros({}, at::kFloat));
+    plain.update(step);
+  }
+  EXPECT_TRUE(value(flagged, "weight").equal(value(plain, "weight")));
+  const at::Tensor held = value(flagged, "weight").clone();
+  flagged.update(4, at::ones({}, at::kFloat));
+  EXPECT_TRUE(value(flagged, "weight").equal(held)) << "a skipped step moved the average";
+}
+
 TEST(Ema, EveryNStepsAndStartStep) {
   Model m;
   Ema ema(m.named(), {.decay = 0.5, .every_n_steps = 2, .start_step = 4});

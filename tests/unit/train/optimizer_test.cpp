@@ -219,6 +219,49 @@ TEST(Optimizer, ParametersWithoutGradientAreSkipped) {
   EXPECT_EQ(sd.count("exp_avg.head.weight"), 0u) << "no state before a first update";
 }
 
+// found_inf = 1 skips the update: parameters, moments, buffers and per-parameter step counts stay bitwise as
+// they were, for every implementation (fused on the device, foreach after reading the flag); found_inf = 0
+// gives exactly the update without a flag. The first SGD momentum update is read on the host, so a skipped
+// first step does not leave a half-initialised buffer: the next real step starts the buffer at the gradient.
+TEST(Optimizer, FoundInfSkipsTheUpdateExactly) {
+  const std::vector<Reference> configs = {{"adamw"}, {"adam"}, {.type = "sgd", .momentum = 0.9, .dampening = 0.1}, {.type = "sgd"}};
+  const at::Tensor one = at::ones({}, at::kFloat), zero = at::zeros({}, at::kFloat);
+  for (const std::string impl : {"fused", "foreach"}) {
+    for (const auto& r : configs) {
+      const auto a = make_params(), b = clone_params(a);
+      Optimizer flagged(a, options_for(r, impl)), plain(b, options_for(r, impl));
+      SCOPED_TRACE(r.type + " " + impl);
+      set_grads(a, 1);
+      flagged.step(one);  // skipped before any state exists
+      set_grads(a, 1);
+      flagged.step(zero);
+      set_grads(b, 1);
+      plain.step();
+      for (int step = 2; step <= 3; ++step) {
+        set_grads(a, step);
+        flagged.step(zero);
+        set_grads(b, step);
+        plain.step();
+      }
+      const StateDict before = flagged.state_dict();
+      std::vector<at::Tensor> held;
+      for (const auto& [n, p] : a) held.push_back(p.detach().clone());
+      std::map<std::string, at::Tensor> held_state;
+      for (const auto& [k, v] : before) held_state[k] = v.clone();
+      set_grads(a, 9);
+      flagged.step(one);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(a[i].second.equal(held[i])) << a[i].first << " changed on a skipped update";
+        EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first << ": the flagged run drifted from the plain one";
+      }
+      for (const auto& [k, v] : flagged.state_dict()) {
+        if (k == "steps") EXPECT_EQ(v.item<double>(), 5.0) << "calls, skipped ones included";
+        else EXPECT_TRUE(v.equal(held_state.at(k))) << k << " changed on a skipped update";
+      }
+    }
+  }
+}
+
 TEST(Optimizer, ZeroGradLeavesGradientsUndefined) {
   const auto params = make_params();
   Optimizer opt(params, {});

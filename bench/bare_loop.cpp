@@ -1,0 +1,202 @@
+// The floor bellows' per-step machinery is measured against: a bare LibTorch training loop over the same model.
+//
+// What is the same as `bellows train CONFIG key=value...`: the config (resolved the same way), the plan's thread
+// count, the seed, the model (built through the registry, init_weights loaded), the batches (the training data
+// in order, as bellows reads it with data.shuffle=false), the loss (the model's task), AdamW on ATen's fused
+// kernel with the same weight-decay groups, a constant learning rate, and bf16 autocast when the precision is
+// bf16-mixed. What is not there: the Trainer, the loader and its thread, the precision policy and non-finite
+// check, gradient norms, meters, sinks, hooks, checkpoints. Every batch is collated into memory before the
+// clock starts, and nothing is read back from the tensors inside the timed loop.
+//
+//   build/bin/bellows_bare_loop CONFIG [key=value ...] [--steps N] [--warmup W] [--json FILE]
+// Prints (and writes to FILE) {"samples_per_s", "step_ms" (median), "losses" (every step's, warm-up included),
+// "batch_size", "steps", "warmup", "precision", "threads"}. bench/peers/run.sh runs it beside bellows for W1/W3.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bellows/app/model_setup.h"
+#include "bellows/app/run.h"
+#include "bellows/app/schema.h"
+#include "bellows/data/build.h"
+#include "bellows/hw/hardware_info.h"
+#include "bellows/plan/plan.h"
+#include "bellows/precision/autocast.h"
+#include "bellows/util/error.h"
+#include "bellows/util/module_tensors.h"
+
+namespace fs = std::filesystem;
+using namespace bellows;
+
+namespace {
+
+struct Args {
+  fs::path config;
+  std::vector<std::string> overrides;
+  std::int64_t steps = 50, warmup = 10;
+  fs::path json;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--steps") a.steps = std::stoll(value());
+    else if (arg == "--warmup") a.warmup = std::stoll(value());
+    else if (arg == "--json") a.json = value();
+    else if (arg.find('=') != std::string::npos) a.overrides.push_back(arg);
+    else if (a.config.empty()) a.config = arg;
+    else throw std::runtime_error("unexpected argument '" + arg + "'");
+  }
+  if (a.config.empty()) throw std::runtime_error("usage: bellows_bare_loop CONFIG [key=value ...] [--steps N] [--warmup W] [--json FILE]");
+  if (a.steps < 1 || a.warmup < 0) throw std::runtime_error("--steps must be >= 1 and --warmup >= 0");
+  return a;
+}
+
+bool decays(const std::string& name, const at::Tensor& p, const std::vector<std::string>& no_decay) {
+  if (p.dim() <= 1) return false;
+  return std::none_of(no_decay.begin(), no_decay.end(), [&](const std::string& s) { return !s.empty() && name.find(s) != std::string::npos; });
+}
+
+// AdamW with ATen's fused kernel, one call per weight-decay group: the update bellows' optimizer makes.
+struct BareAdamW {
+  struct Group {
+    std::vector<at::Tensor> params, exp_avg, exp_avg_sq, steps;
+    double weight_decay;
+  };
+  std::vector<Group> groups;
+  double lr, beta1, beta2, eps;
+
+  void step() {
+    at::NoGradGuard no_grad;
+    for (auto& g : groups) {
+      std::vector<at::Tensor> grads;
+      grads.reserve(g.params.size());
+      for (const auto& p : g.params) grads.push_back(p.grad());
+      at::_foreach_add_(g.steps, 1);
+      at::_fused_adamw_(g.params, grads, g.exp_avg, g.exp_avg_sq, {}, g.steps, lr, beta1, beta2, g.weight_decay, eps,
+                        /*amsgrad=*/false, /*maximize=*/false);
+    }
+  }
+  void zero_grad() {
+    for (auto& g : groups) {
+      for (auto& p : g.params) p.mutable_grad().reset();
+    }
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int run(const Args& a) {
+  config::Config c = app::resolve_config(a.config, a.overrides);
+  const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
+  plan::apply(p);
+  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
+
+  const data::DataSplits splits = data::build_datasets(c);
+  models::BuiltModel built = app::build_model(c, app::model_context(splits));
+  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+    app::import_weights(*built.module, models::WeightImport{init, "", true, "model", "init_weights_strict"});
+  }
+  built.module->to(p.device);
+  built.module->train();
+
+  // --- the batches, in order, collated before timing ---
+  const std::int64_t batch_size = config::get_int(c, "data.batch_size");
+  const std::int64_t full_batches = splits.train->size() / batch_size;
+  if (full_batches < 1) throw std::runtime_error("fewer training samples than one batch");
+  const std::int64_t total = a.warmup + a.steps;
+  std::vector<data::Batch> batches;
+  data::FetchContext context;
+  for (std::int64_t b = 0; b < std::min(total, full_batches); ++b) {
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(batch_size));
+    for (std::int64_t i = 0; i < batch_size; ++i) indices[static_cast<std::size_t>(i)] = b * batch_size + i;
+    data::Batch batch = splits.train->get_batch(indices, context);
+    splits.train->finish_on_device(batch);
+    batches.push_back(batch.to(p.device, false));
+  }
+
+  // --- the optimizer ---
+  BareAdamW opt;
+  opt.lr = config::get_double(c, "optim.lr");
+  const auto betas = config::get_double_list(c, "optim.betas");
+  opt.beta1 = betas.at(0);
+  opt.beta2 = betas.at(1);
+  opt.eps = config::get_double(c, "optim.eps");
+  const auto no_decay = config::get_string_list(c, "optim.no_decay");
+  opt.groups = {{{}, {}, {}, {}, config::get_double(c, "optim.weight_decay")}, {{}, {}, {}, {}, 0.0}};
+  for (const auto& [name, t] : bellows::named_parameters(*built.module)) {
+    if (!t.requires_grad()) continue;
+    auto& g = opt.groups[decays(name, t, no_decay) ? 0 : 1];
+    g.params.push_back(t);
+    g.exp_avg.push_back(at::zeros_like(t));
+    g.exp_avg_sq.push_back(at::zeros_like(t));
+    g.steps.push_back(at::zeros({}, t.options().dtype(at::kFloat)));
+  }
+  std::erase_if(opt.groups, [](const BareAdamW::Group& g) { return g.params.empty(); });
+
+  // --- the loop ---
+  const bool bf16 = p.precision == "bf16-mixed";
+  std::vector<at::Tensor> losses;
+  std::vector<double> step_s;
+  for (std::int64_t i = 0; i < total; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const data::Batch& batch = batches[static_cast<std::size_t>(i % static_cast<std::int64_t>(batches.size()))];
+    StepOutput out;
+    {
+      std::optional<precision::AutocastGuard> autocast;
+      if (bf16) autocast.emplace(p.device.type(), at::kBFloat16, true);
+      out = built.task->step(*built.module, batch);
+    }
+    out.loss.backward();
+    opt.step();
+    opt.zero_grad();
+    losses.push_back(out.loss.detach());
+    if (i >= a.warmup) step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double timed = 0;
+  for (double s : step_s) timed += s;
+
+  nlohmann::json j;
+  j["samples_per_s"] = static_cast<double>(a.steps * batch_size) / timed;
+  j["step_ms"] = 1e3 * median(step_s);
+  j["batch_size"] = batch_size;
+  j["steps"] = a.steps;
+  j["warmup"] = a.warmup;
+  j["precision"] = p.precision;
+  j["threads"] = at::get_num_threads();
+  j["losses"] = nlohmann::json::array();
+  for (const auto& l : losses) j["losses"].push_back(l.item<double>());
+  std::cout << j.dump() << "\n";
+  if (!a.json.empty()) std::ofstream(a.json) << j.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const bellows::Error& e) {
+    std::fprintf(stderr, "bellows_bare_loop: %s\n  hint: %s\n", e.message().c_str(), e.hint().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bellows_bare_loop: %s\n", e.what());
+  }
+  return 1;
+}

@@ -4,8 +4,13 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "bellows/data/stager.h"
+#include "bellows/hw/hardware_info.h"
 #include "bellows/util/check.h"
+#include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::app {
 using config::Type;
@@ -56,9 +61,30 @@ data::SamplerOptions sampler_options(const config::Config& c, const data::Datase
   return o;
 }
 
-Loaders make_loaders(const config::Config& c, const plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream) {
+double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_size) {
+  batch_size = std::clamp<std::int64_t>(batch_size, 1, dataset.size());
+  const std::int64_t batches = std::max<std::int64_t>(1, dataset.size() / batch_size);
+  data::FetchContext context;
+  std::vector<double> ms;
+  for (std::int64_t trial = 0; trial < 4; ++trial) {  // the first one warms caches and is not counted
+    const std::int64_t first = (trial * batches / 4) * batch_size;
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(batch_size));
+    for (std::int64_t i = 0; i < batch_size; ++i) indices[static_cast<std::size_t>(i)] = std::min(first + i, dataset.size() - 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch batch = dataset.get_batch(indices, context);
+    dataset.finish_on_device(batch);
+    if (trial > 0) ms.push_back(1e3 * seconds_since(t0));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+Loaders make_loaders(const config::Config& c, plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream) {
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
+  if (p.workers_planned && l.splits.train->size() > 0) {
+    plan::refine_workers(p, hw::HardwareInfo::get(), measure_batch_fetch_ms(*l.splits.train, config::get_int(c, "data.batch_size")));
+  }
   const data::LoaderOptions lo = loader_options(c, p);
   l.train = std::make_unique<data::Loader>(l.splits.train, data::Sampler(l.splits.train->size(), sampler_options(c, *l.splits.train)),
                                            lo, data::make_stager(p.device, p.pin_memory));

@@ -166,13 +166,14 @@ plan::PlanRequest plan_request(const config::Config& c) {
   r.channels_last = config::get_bool(c, "channels_last");
   r.pin_memory = config::get_string(c, "data.pin_memory");
   r.workers = config::get_int(c, "data.workers");
+  r.cpu_allocator = config::get_string(c, "cpu_allocator");
   return r;
 }
 
 RunResult run(const config::Config& c, const RunOptions& options) {
   // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  const plan::Plan p = plan::resolve(plan_request(c), hw);
+  plan::Plan p = plan::resolve(plan_request(c), hw);  // make_loaders revises the workers once it has the data
   plan::apply(p);
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));

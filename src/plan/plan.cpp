@@ -10,6 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "bellows/util/check.h"
 
 namespace bellows::plan {
@@ -101,6 +108,30 @@ void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan&
   plan.entries.push_back({"precision", rec.value, rec.reason});
 }
 
+// glibc gives freed memory back to the OS (heap trimming; blocks above the mmap threshold are unmapped on free)
+// and every next step faults it back in, page by page: ~150 faults per W5 step measured, where the tensors of
+// one step are freed and allocated again in the next. Keeping it is what PyTorch's CUDA caching allocator
+// does on the GPU; on the CPU two thresholds do it (M_MMAP_THRESHOLD at glibc's largest, 32 MiB, and a trim
+// threshold of 1 GiB or a quarter of the RAM, whichever is smaller).
+void resolve_allocator(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
+  BELLOWS_CHECK_CONFIG(req.cpu_allocator == "auto" || req.cpu_allocator == "retain" || req.cpu_allocator == "system",
+                       fmt::format("cpu_allocator is '{}'", req.cpu_allocator), "use one of: auto, retain, system");
+  if (req.cpu_allocator == "system") {
+    plan.entries.push_back({"cpu_allocator", "system", "requested: glibc trims and unmaps freed memory as it chooses"});
+    return;
+  }
+#if defined(__GLIBC__)
+  const std::int64_t ram = hw.memory.total_bytes > 0 ? hw.memory.total_bytes : (std::int64_t{4} << 30);
+  plan.retain_bytes = std::min<std::int64_t>(std::int64_t{1} << 30, ram / 4);
+  plan.entries.push_back({"cpu_allocator", "retain",
+                          fmt::format("{}freed tensor memory (up to {:.2f} GiB) is kept for the next step instead of being returned to the "
+                                      "OS and faulted back in page by page", req.cpu_allocator == "retain" ? "requested: " : "",
+                                      plan.retain_bytes / double(1LL << 30))});
+#else
+  plan.entries.push_back({"cpu_allocator", "system", "not glibc: its malloc thresholds are not available"});
+#endif
+}
+
 }  // namespace
 
 Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
@@ -146,9 +177,26 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   } else {
     const auto* rec = find_rec(hw, "data.workers");
     plan.workers = rec ? std::max(0, std::stoi(rec->value)) : 1;
+    plan.workers_planned = true;
     plan.entries.push_back({"workers", std::to_string(plan.workers), rec ? rec->reason : "default"});
   }
+  resolve_allocator(req, hw, plan);
   return plan;
+}
+
+void refine_workers(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms) {
+  if (!plan.workers_planned) return;
+  auto entry = std::find_if(plan.entries.begin(), plan.entries.end(), [](const PlanEntry& e) { return e.key == "workers"; });
+  BELLOWS_CHECK(entry != plan.entries.end(), "the plan has no workers entry", "report this bug");
+  const int cores = std::max(1, hw.cpu.usable_cpus);
+  if (plan.workers > 0 && plan.device.is_cpu() && plan.threads >= cores && batch_fetch_ms < kCheapBatchMs) {
+    plan.workers = 0;
+    entry->value = "0";
+    entry->reason = fmt::format("a batch takes {:.2f} ms to fetch (measured): cheaper in the training thread than a loader "
+                                "thread competing with {} compute thread(s) for {} core(s)", batch_fetch_ms, plan.threads, cores);
+    return;
+  }
+  entry->reason += fmt::format("; a batch takes {:.2f} ms to fetch (measured)", batch_fetch_ms);
 }
 
 void apply(const Plan& plan) {
@@ -157,6 +205,12 @@ void apply(const Plan& plan) {
   ctx.setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
   ctx.setDeterministicCuDNN(plan.deterministic);
   ctx.setBenchmarkCuDNN(plan.cudnn_benchmark);
+#if defined(__GLIBC__)
+  if (plan.retain_bytes > 0) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest accepted value; fixing it also stops the dynamic adjustment
+    mallopt(M_TRIM_THRESHOLD, static_cast<int>(std::min<std::int64_t>(plan.retain_bytes, INT32_MAX)));
+  }
+#endif
 }
 
 std::string Plan::to_json(int indent) const {
@@ -169,6 +223,7 @@ std::string Plan::to_json(int indent) const {
   j["channels_last"] = channels_last;
   j["pin_memory"] = pin_memory;
   j["workers"] = workers;
+  j["retain_bytes"] = retain_bytes;
   nlohmann::json reasons = nlohmann::json::array();
   for (const auto& e : entries) reasons.push_back({{"key", e.key}, {"value", e.value}, {"reason", e.reason}});
   j["entries"] = reasons;

@@ -31,8 +31,13 @@ struct Loaders {
   std::unique_ptr<data::Loader> val;  // null without validation data
 };
 
+// The median time to fetch and finish one batch of `batch_size` samples in the calling thread (3 batches at
+// spread-out positions, after one that warms caches). Reads the dataset, changes nothing.
+double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_size);
+
 // Datasets, samplers and loaders on the plan's device; evaluation loads in order, without augmentation.
-// `stream`: the buffer a program pushes into (data.source: stream).
-Loaders make_loaders(const config::Config& config, const plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr);
+// `stream`: the buffer a program pushes into (data.source: stream). With planned workers (data.workers: -1) the
+// cost of a batch is measured and the plan's workers revised (plan::refine_workers) before the loaders exist.
+Loaders make_loaders(const config::Config& config, plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr);
 
 }  // namespace bellows::app

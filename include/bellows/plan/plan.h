@@ -20,6 +20,7 @@ struct PlanRequest {
   bool channels_last = false;
   std::string pin_memory = "auto";       // auto | true | false
   std::int64_t workers = -1;             // data loading threads; -1: auto
+  std::string cpu_allocator = "auto";    // auto | retain | system (glibc's trimming left as it is)
 };
 
 struct PlanEntry {
@@ -37,6 +38,8 @@ struct Plan {
   bool channels_last = false;
   bool pin_memory = false;
   int workers = 0;                 // data loading threads (0: in the training thread)
+  bool workers_planned = false;    // workers came from the hardware (data.workers: -1); refine_workers may revise it
+  std::int64_t retain_bytes = 0;   // > 0: freed heap memory up to this much is kept for reuse (cpu_allocator)
   std::vector<PlanEntry> entries;  // one per setting, in the order above
 
   std::string to_json(int indent = 2) const;
@@ -45,7 +48,16 @@ struct Plan {
 // kConfig errors for malformed values; kResource when a requested device is not usable (with the reason).
 Plan resolve(const PlanRequest& request, const hw::HardwareInfo& hw);
 
-// Applies the process-wide settings: intra-op threads, deterministic algorithms, cuDNN flags.
+// Applies the process-wide settings: intra-op threads, deterministic algorithms, cuDNN flags, and glibc's
+// malloc thresholds (cpu_allocator: retain).
 void apply(const Plan& plan);
+
+// Planned workers revisited once the data is known, from the measured cost of fetching one batch in the
+// training thread: on a CPU run whose compute threads take every usable core, a loader thread competes with
+// them (on 2 cores: ~120 context switches per W5 step, 40% of its time, measured), so batches that take less
+// than kCheapBatchMs to fetch load in the training thread. Requested worker counts are left alone. The
+// "workers" entry says which and why, with the measured cost.
+inline constexpr double kCheapBatchMs = 1.0;
+void refine_workers(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms);
 
 }  // namespace bellows::plan

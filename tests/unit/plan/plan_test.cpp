@@ -48,7 +48,68 @@ TEST(Plan, AutoOnBf16CpuPicksCpuAndBf16) {
   EXPECT_FALSE(p.pin_memory);
   EXPECT_FALSE(p.cudnn_benchmark);
   EXPECT_EQ(p.workers, 1);  // 4 cores shared with compute: one worker
-  EXPECT_EQ(p.entries.size(), 8u);
+  EXPECT_TRUE(p.workers_planned);
+  EXPECT_EQ(p.entries.size(), 9u);
+}
+
+// glibc keeps freed memory for the next step, bounded by a quarter of the RAM; "system" leaves glibc alone;
+// anything else is a config error naming the choices.
+TEST(Plan, CpuAllocatorRetainsFreedMemoryUnlessToldNot) {
+  hw::HardwareInfo small = cpu_machine(false);
+  small.memory.total_bytes = 2LL << 30;
+  const Plan p = resolve({}, small);
+#if defined(__GLIBC__)
+  EXPECT_EQ(p.retain_bytes, 512LL << 20);
+  EXPECT_NE(reason_of(p, "cpu_allocator").find("kept for the next step"), std::string::npos);
+  hw::HardwareInfo big = cpu_machine(false);
+  big.memory.total_bytes = 64LL << 30;
+  EXPECT_EQ(resolve({}, big).retain_bytes, 1LL << 30);
+#endif
+  PlanRequest system;
+  system.cpu_allocator = "system";
+  const Plan s = resolve(system, small);
+  EXPECT_EQ(s.retain_bytes, 0);
+  EXPECT_NE(reason_of(s, "cpu_allocator").find("requested"), std::string::npos);
+  PlanRequest bad;
+  bad.cpu_allocator = "jemalloc";
+  try {
+    resolve(bad, small);
+    FAIL() << "accepted cpu_allocator jemalloc";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.hint().find("auto, retain, system"), std::string::npos);
+  }
+}
+
+// Planned workers give way to the training thread when a batch is cheap to fetch and compute takes every core;
+// an expensive batch keeps them (with the cost in the reason); requested counts and GPU runs are left alone.
+TEST(Plan, RefineWorkersByTheMeasuredBatchCost) {
+  const hw::HardwareInfo cpu = cpu_machine(false);
+  Plan cheap = resolve({}, cpu);
+  refine_workers(cheap, cpu, 0.11);
+  EXPECT_EQ(cheap.workers, 0);
+  EXPECT_NE(reason_of(cheap, "workers").find("a batch takes 0.11 ms to fetch (measured): cheaper in the training thread"),
+            std::string::npos) << reason_of(cheap, "workers");
+  Plan costly = resolve({}, cpu);
+  refine_workers(costly, cpu, 12.5);
+  EXPECT_EQ(costly.workers, 1);
+  EXPECT_NE(reason_of(costly, "workers").find("; a batch takes 12.50 ms to fetch (measured)"), std::string::npos);
+  PlanRequest two;
+  two.workers = 2;
+  Plan requested = resolve(two, cpu);
+  refine_workers(requested, cpu, 0.01);
+  EXPECT_EQ(requested.workers, 2);
+  EXPECT_EQ(reason_of(requested, "workers"), "requested");
+  PlanRequest fewer_threads;
+  fewer_threads.threads = 2;  // two of four cores left for loading
+  Plan spare = resolve(fewer_threads, cpu);
+  refine_workers(spare, cpu, 0.01);
+  EXPECT_EQ(spare.workers, 1);
+  const hw::HardwareInfo gpu = gpu_machine(8);
+  Plan on_gpu = resolve({}, gpu);
+  const int planned = on_gpu.workers;
+  refine_workers(on_gpu, gpu, 0.01);
+  EXPECT_EQ(on_gpu.workers, planned);
 }
 
 TEST(Plan, AutoOnPlainCpuPicksFp32) { EXPECT_EQ(resolve({}, cpu_machine(false)).precision, "fp32"); }

@@ -206,6 +206,12 @@ void Checkpointable::set_checkpointed(const std::vector<std::string>& names) {
   checkpointed_ = std::set<std::string>(names.begin(), names.end());
 }
 
+const std::string& Checkpointable::block_name(std::size_t i) const {
+  if (block_names_.empty()) block_names_ = checkpoint_blocks();
+  BELLOWS_CHECK(i < block_names_.size(), fmt::format("block {} of {}", i, block_names_.size()), "report this bug");
+  return block_names_[i];
+}
+
 std::vector<at::Tensor> Checkpointable::run_block(const std::string& name, torch::nn::Module& block, const BlockFunction& fn,
                                                   const std::vector<at::Tensor>& inputs) const {
   if (!block.is_training() || !at::GradMode::is_enabled() || !checkpointed_.contains(name)) return fn(inputs);

@@ -90,7 +90,7 @@ at::Tensor DdpmImpl::forward(const at::Tensor& x_t, const at::Tensor& t, const a
   const at::Tensor c = at::silu(context_encoder_->forward(context));
   at::Tensor h = at::silu(input_->forward(at::cat({x_t, temb, c.to(x_t.scalar_type())}, 1)));
   for (std::size_t i = 0; i < blocks_->size(); ++i)
-    h = run_block(fmt::format("blocks.{}", i), *blocks_[i], block_fns_[i], h);
+    h = run_block(block_name(i), *blocks_[i], block_fns_[i], h);
   at::Tensor eps = output_->forward(h);
   if (o.skip) eps = eps + (1 - alphas_cumprod_.index_select(0, t)).sqrt().to(x_t.scalar_type()).unsqueeze(1) * x_t;
   return eps;

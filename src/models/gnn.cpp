@@ -12,6 +12,7 @@
 #include <optional>
 #include <tuple>
 
+#include "bellows/models/linear.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
@@ -57,12 +58,12 @@ GraphMlpImpl::GraphMlpImpl(std::int64_t in, std::int64_t hidden, std::int64_t ou
   if (layer_norm) norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({out})));
 }
 
-at::Tensor GraphMlpImpl::forward(const at::Tensor& x) { return tail(linears_.front()->forward(x)); }
+at::Tensor GraphMlpImpl::forward(const at::Tensor& x) { return tail(linear(linears_.front(), x)); }
 
 at::Tensor GraphMlpImpl::tail(const at::Tensor& first_linear_output) {
   at::Tensor h = first_linear_output;
   for (std::size_t i = 0; i < linears_.size(); ++i) {
-    if (i > 0) h = linears_[i]->forward(h);
+    if (i > 0) h = linear(linears_[i], h);
     if (i + 1 < linears_.size()) h = activate(h, activation_);
   }
   return norm_ ? norm_->forward(h) : h;
@@ -183,7 +184,7 @@ at::Tensor GnnImpl::forward(const at::Tensor& x) {
     BlockFunction fn = [layer, send = g.mesh_send, recv = g.mesh_recv](const std::vector<at::Tensor>& in) {
       return layer->forward(in[0], in[0], in[1], send, recv);
     };
-    const auto out = run_block(fmt::format("processor.{}", i), *layer, fn, {mesh, edges});
+    const auto out = run_block(block_name(static_cast<std::size_t>(i)), *layer, fn, {mesh, edges});
     mesh = out[0];
     edges = out[1];
   }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "bellows/models/linear.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/rnn.h"
 #include "bellows/util/check.h"
@@ -68,14 +69,14 @@ at::Tensor TransformerEncoderLayerImpl::self_attention(const at::Tensor& x, cons
   const double p = is_training() ? options_.dropout : 0.0;
   const std::optional<at::Tensor> mask = attend.defined() ? std::optional<at::Tensor>(attend) : std::nullopt;
   const at::Tensor out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, p);
-  return out_proj_->forward(out.transpose(1, 2).reshape({batch, steps, d}));
+  return linear(out_proj_, out.transpose(1, 2).reshape({batch, steps, d}));
 }
 
 at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& attend) {
   const at::Tensor h = x + dropout_->forward(self_attention(norm1_->forward(x), attend));
-  at::Tensor ff = linear1_->forward(norm2_->forward(h));
+  at::Tensor ff = linear(linear1_, norm2_->forward(h));
   ff = options_.activation == "relu" ? at::relu(ff) : at::gelu(ff);
-  return h + dropout_->forward(linear2_->forward(dropout_->forward(ff)));
+  return h + dropout_->forward(linear(linear2_, dropout_->forward(ff)));
 }
 
 // --- masks and positions ---
@@ -155,7 +156,7 @@ at::Tensor TransformerEncoderImpl::forward(const at::Tensor& x, const at::Tensor
     const BlockFunction fn = [layer, attend](const std::vector<at::Tensor>& in) {
       return std::vector<at::Tensor>{layer->forward(in[0], attend)};
     };
-    h = run_block(fmt::format("layers.{}", i), *layer, fn, {h})[0];
+    h = run_block(block_name(i), *layer, fn, {h})[0];
   }
   return norm_->forward(h);
 }
@@ -199,7 +200,7 @@ at::Tensor TransformerModelImpl::forward(const at::Tensor& x, const at::Tensor& 
     handed_down_ = checkpointed();
   }
   const std::int64_t batch = x.size(0), steps = x.size(1);
-  at::Tensor h = input_->forward(x);
+  at::Tensor h = linear(input_, x);
   at::Tensor padding;
   if (lengths.defined()) {
     BELLOWS_CHECK_DATA(lengths.dim() == 1 && lengths.size(0) == batch,
@@ -214,7 +215,7 @@ at::Tensor TransformerModelImpl::forward(const at::Tensor& x, const at::Tensor& 
   }
   const at::Tensor out = encoder_->forward(h, padding);
   const at::Tensor pooled = cls_token_.defined() ? out.select(1, 0) : pool_steps(out, lengths, options_.pooling);
-  return head_->forward(pooled);
+  return linear(head_, pooled);
 }
 
 void add_encoder_keys(config::Schema& s, const std::string& default_positions) {

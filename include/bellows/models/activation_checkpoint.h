@@ -50,8 +50,13 @@ class Checkpointable {
   at::Tensor run_block(const std::string& name, torch::nn::Module& block,
                        const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) const;
 
+ protected:
+  // checkpoint_blocks()[i], listed once: a forward names its blocks without formatting strings every step.
+  const std::string& block_name(std::size_t i) const;
+
  private:
   std::set<std::string> checkpointed_;
+  mutable std::vector<std::string> block_names_;
 };
 
 // The block names that the glob patterns (fnmatch: `*` and `?` also match dots) select, in block order. A

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 
 #include "bellows/hw/hardware_info.h"
@@ -55,10 +56,35 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
+// The largest n (doubling from kSmallestMatmul up to matmul_size) whose product, predicted from one timed product
+// at the size before (time ~ n^3 at that size's rate, which only rises with n), lets a warm-up and `trials`
+// windows fit in min_seconds.
+constexpr std::int64_t kSmallestMatmul = 128;
+std::int64_t matmul_size_within_budget(const at::TensorOptions& options, const std::function<void()>& sync, const MeasureOptions& opt) {
+  const double per_op_budget = opt.min_seconds / (opt.trials + 1);
+  std::int64_t n = std::min(opt.matmul_size, kSmallestMatmul);
+  bool first = true;
+  while (n < opt.matmul_size) {
+    at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options), c = at::empty({n, n}, options);
+    if (first) {
+      at::mm_out(c, a, b);  // library set-up
+      sync();
+      first = false;
+    }
+    const auto start = Clock::now();
+    at::mm_out(c, a, b);
+    sync();
+    const std::int64_t next = std::min(2 * n, opt.matmul_size);
+    if (std::max(seconds_since(start), 1e-9) * std::pow(static_cast<double>(next) / n, 3) > per_op_budget) break;
+    n = next;
+  }
+  return n;
+}
+
 PeakMeasurement measure_matmul(const at::Device& device, at::ScalarType dtype, const std::function<void()>& sync,
                                const MeasureOptions& opt, const std::string& name_suffix, const std::string& note) {
-  const std::int64_t n = opt.matmul_size;
   const auto options = at::TensorOptions().device(device).dtype(dtype);
+  const std::int64_t n = matmul_size_within_budget(options, sync, opt);
   at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options), c = at::empty({n, n}, options);
   const Timing t = best_time([&] { at::mm_out(c, a, b); }, sync, opt);
   const double flops = 2.0 * static_cast<double>(n) * n * n;
@@ -67,8 +93,20 @@ PeakMeasurement measure_matmul(const at::Device& device, at::ScalarType dtype, c
   m.device = device.str();
   m.value = flops / t.seconds_per_op / 1e9;
   m.unit = "GFLOP/s";
-  m.method = fmt::format("at::mm_out on {}x{} {} matrices ({:.1f} GFLOP each){}, best of {} windows of >= {:.2f} s after a warm-up",
-                         n, n, dtype_name(dtype), flops / 1e9, note, opt.trials, opt.min_seconds / opt.trials);
+  m.method = fmt::format("at::mm_out on {}x{} {} matrices ({:.1f} GFLOP each){}{}, best of {} windows of >= {:.2f} s after a warm-up",
+                         n, n, dtype_name(dtype), flops / 1e9, note,
+                         n < opt.matmul_size ? fmt::format(" (not {}: it would not fit the time budget)", opt.matmul_size) : "",
+                         opt.trials, opt.min_seconds / opt.trials);
+  return m;
+}
+
+PeakMeasurement unsupported(const std::string& name, const at::Device& device, const std::string& unit, const std::string& why) {
+  PeakMeasurement m;
+  m.name = name;
+  m.device = device.str();
+  m.unit = unit;
+  m.supported = false;
+  m.method = "no hardware support: " + why + "; not timed";
   return m;
 }
 
@@ -99,7 +137,13 @@ std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const Measu
   const std::string threads = fmt::format(", {} intra-op thread(s)", at::get_num_threads());
   const at::Device cpu(at::kCPU);
   peaks.push_back(measure_matmul(cpu, at::kFloat, no_sync, opt, "", threads));
-  peaks.push_back(measure_matmul(cpu, at::kBFloat16, no_sync, opt, "", threads));
+  if (info.cpu.isa.avx512_bf16 || info.cpu.isa.amx_bf16) {
+    peaks.push_back(measure_matmul(cpu, at::kBFloat16, no_sync, opt, "", threads));
+  } else {
+    peaks.push_back(unsupported("matmul_bf16", cpu, "GFLOP/s",
+                                "this CPU has neither AVX512_BF16 nor AMX-BF16, so bf16 products run on a software path (about "
+                                "100x slower than fp32 here), which is no ceiling"));
+  }
   peaks.push_back(measure_copy(cpu, no_sync, opt));
 
   if (!info.cuda.usable) return peaks;

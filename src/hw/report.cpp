@@ -52,7 +52,8 @@ json to_json(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks
   for (const auto& r : info.recommendations) recs.push_back({{"key", r.key}, {"value", r.value}, {"reason", r.reason}});
   json measured = json::array();
   for (const auto& p : peaks) {
-    measured.push_back({{"name", p.name}, {"device", p.device}, {"value", p.value}, {"unit", p.unit}, {"method", p.method}});
+    measured.push_back({{"name", p.name}, {"device", p.device}, {"value", p.value}, {"unit", p.unit}, {"method", p.method},
+                        {"supported", p.supported}});
   }
   const auto& t = info.torch;
   return {
@@ -152,7 +153,8 @@ std::string format_text(const HardwareInfo& info, const std::vector<PeakMeasurem
   if (!peaks.empty()) {
     out += "\nMeasured peaks\n";
     for (const auto& p : peaks) {
-      row(out, p.name, fmt::format("{:>10.1f} {:<8} on {}", p.value, p.unit, p.device));
+      row(out, p.name, p.supported ? fmt::format("{:>10.1f} {:<8} on {}", p.value, p.unit, p.device)
+                                   : fmt::format("{:>10} {:<8} on {}", "-", "", p.device));
       row(out, "", "method: " + p.method);
     }
   }

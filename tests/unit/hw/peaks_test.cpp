@@ -2,6 +2,7 @@
 // only that each figure exists, is finite and positive, and names its method.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "bellows/hw/hardware_info.h"
@@ -17,12 +18,15 @@ TEST(Peaks, CpuFiguresWithMethods) {
   opt.copy_bytes = 1 << 20;
   opt.min_seconds = 0.03;
   opt.trials = 2;
-  const auto peaks = measure_peaks(HardwareInfo::probe(*make_no_gpu_probe()), opt);
+  HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
+  info.cpu.isa.avx512_bf16 = true;  // timed whatever this CPU has: 64x64 products take microseconds anyway
+  const auto peaks = measure_peaks(info, opt);
   ASSERT_EQ(peaks.size(), 3u);
   EXPECT_EQ(peaks[0].name, "matmul_fp32");
   EXPECT_EQ(peaks[1].name, "matmul_bf16");
   EXPECT_EQ(peaks[2].name, "memory_copy");
   for (const auto& p : peaks) {
+    EXPECT_TRUE(p.supported) << p.name;
     EXPECT_EQ(p.device, "cpu");
     EXPECT_TRUE(std::isfinite(p.value) && p.value > 0) << p.name;
     EXPECT_NE(p.method.find("best of 2"), std::string::npos) << p.method;
@@ -31,6 +35,31 @@ TEST(Peaks, CpuFiguresWithMethods) {
   EXPECT_NE(peaks[0].method.find("64x64"), std::string::npos);
   EXPECT_EQ(peaks[2].unit, "GB/s");
   EXPECT_NE(peaks[2].method.find("read + written"), std::string::npos);
+}
+
+// bf16 on a CPU without AVX512_BF16/AMX is not timed: no figure, the reason instead. And a product too big for
+// the time budget is timed on smaller matrices (halved from matmul_size), which the method says.
+TEST(Peaks, NoHardwareSupportAndTheTimeBudget) {
+  HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
+  info.cpu.isa.avx512_bf16 = info.cpu.isa.amx_bf16 = false;
+  MeasureOptions opt;
+  opt.matmul_size = 8192;  // 1.1 TFLOP a product: minutes on 2 cores
+  opt.copy_bytes = 1 << 20;
+  opt.min_seconds = 0.05;
+  opt.trials = 2;
+  const auto start = std::chrono::steady_clock::now();
+  const auto peaks = measure_peaks(info, opt);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(peaks.size(), 3u);
+  EXPECT_EQ(peaks[1].name, "matmul_bf16");
+  EXPECT_FALSE(peaks[1].supported);
+  EXPECT_EQ(peaks[1].value, 0.0);
+  EXPECT_NE(peaks[1].method.find("no hardware support"), std::string::npos) << peaks[1].method;
+  EXPECT_TRUE(peaks[0].supported);
+  EXPECT_GT(peaks[0].value, 0.0);
+  EXPECT_EQ(peaks[0].method.find("8192x8192"), std::string::npos) << peaks[0].method;
+  EXPECT_NE(peaks[0].method.find("not 8192: it would not fit the time budget"), std::string::npos) << peaks[0].method;
+  EXPECT_LT(seconds, 60.0) << "an 8192^3 fp32 product alone takes longer than this on the machines we know";
 }
 
 TEST(Peaks, InvalidOptionsAreUsageErrors) {

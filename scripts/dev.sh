@@ -3,13 +3,13 @@
 #   run   -- build the `bellows` CLI and what it links (not the tests, tools or benchmarks), then run the main
 #            job on its embedded default (`bellows train`: the demo); args go to bellows
 #   test  -- build everything and run the whole test suite (CTest)
-#   build -- only build everything
+#   build -- only build: everything, or the targets given (scripts/dev.sh build bellows_cli bellows_bare_loop)
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
 shift || true
-case "$mode" in run|test|build) ;; *) echo "usage: scripts/dev.sh run|test|build [args for bellows or ctest]" >&2; exit 2 ;; esac
+case "$mode" in run|test|build) ;; *) echo "usage: scripts/dev.sh run|test|build [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
 
 source scripts/setup.sh
 build_dir="${BELLOWS_BUILD_DIR:-build}"
@@ -30,6 +30,7 @@ fi
 [ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2
 targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)
+[ "$mode" = build ] && [ $# -gt 0 ] && targets=(--target "$@")
 cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 
 case "$mode" in

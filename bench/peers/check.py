@@ -35,7 +35,8 @@ def run(cmd, log, cwd=REPO):
     if done.returncode != 0:
         with open(log) as f:
             tail = f.read()[-3000:]
-        sys.exit(f"check: FAILED to run (exit {done.returncode}): {' '.join(cmd)}\n--- {log} (tail) ---\n{tail}")
+        print(f"check: FAILED to run (exit {done.returncode}): {' '.join(cmd)}\n--- {log} (tail) ---\n{tail}", file=sys.stderr)
+        sys.exit(2)
 
 
 def data_path(workload, args):
@@ -68,14 +69,15 @@ def bellows_losses(workload, precision, init, data, args, tag):
            f"train.max_steps={args.steps}", "train.epochs=1000", "train.log_every_n_steps=1",
            "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
            "schedule.type=constant", "schedule.warmup_steps=0", f"{init_key(args)}={init}",
-           *w.bellows_overrides]
+           *w.bellows_overrides, *(["model.freeze_encoder=false"] if args.unfreeze_encoder else [])]
     run(cmd, os.path.join(args.work, f"{name}.log"))
     records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]
     steps = {r["step"]: r["loss"] for r in records if r.get("type") == "train"}
     missing = [s for s in range(1, args.steps + 1) if s not in steps]
     if missing:
-        sys.exit(f"check: {workload} {precision}: bellows logged no train record for steps {missing} "
-                 f"({os.path.join(out, name, 'metrics.jsonl')})")
+        print(f"check: {workload} {precision}: bellows logged no train record for steps {missing} "
+              f"({os.path.join(out, name, 'metrics.jsonl')})", file=sys.stderr)
+        sys.exit(2)
     return [steps[s] for s in range(1, args.steps + 1)], " ".join(cmd)
 
 
@@ -83,21 +85,40 @@ def peer_losses(workload, precision, init, data, args, tag):
     out = os.path.join(args.work, f"{workload}-{precision}-{tag}-peer.json")
     cmd = [args.python, os.path.join(HERE, "peer.py"), "--workload", workload, "--data", data, "--init", init,
            "--steps", str(args.steps), "--warmup", "0", "--mode", "eager", "--precision", precision,
-           "--threads", str(args.threads), "--json", out, *(["--cpp-linear"] if args.cpp_linear else [])]
+           "--threads", str(args.threads), "--json", out, *peer_flags(args)]
     run(cmd, os.path.join(args.work, f"{workload}-{precision}-{tag}-peer.log"))
     with open(out) as f:
         return json.load(f)["losses"], " ".join(cmd)
+
+
+def peer_flags(args):
+    return [*(["--cpp-linear"] if args.cpp_linear else []), *(["--unfreeze-encoder"] if args.unfreeze_encoder else [])]
 
 
 def rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-30)
 
 
+def ensure_vocabulary(data, args):
+    """W7: the peer reads the SentencePiece vocabulary bellows trains on the data and caches beside it
+    (<file>.spm-bpe-512.model); a one-step bellows run makes it when it is not there yet."""
+    if os.path.exists(f"{data}.spm-bpe-512.model"):
+        return
+    out = os.path.join(args.work, "runs")
+    shutil.rmtree(os.path.join(out, "W7-vocabulary"), ignore_errors=True)
+    run([os.path.join(args.bin, "bellows"), "train", os.path.join(REPO, peer.WORKLOADS["W7"].config), f"output_dir={out}",
+         "name=W7-vocabulary", f"data.path={data}", "data.val_fraction=0", "train.max_steps=1", "checkpoint.enabled=false"],
+        os.path.join(args.work, "W7-vocabulary.log"))
+
+
 def check(workload, precision, args):
     data = data_path(workload, args)
+    if workload == "W7":
+        ensure_vocabulary(data, args)
     tag = "check"
     init = os.path.join(args.work, f"{workload}-init.safetensors")
-    run([args.python, os.path.join(HERE, "peer.py"), "--workload", workload, "--data", data, "--write-init", init],
+    run([args.python, os.path.join(HERE, "peer.py"), "--workload", workload, "--data", data, "--write-init", init,
+         *peer_flags(args)],
         os.path.join(args.work, f"{workload}-init.log"))
     ours, bellows_cmd = bellows_losses(workload, precision, init, data, args, tag)
     theirs, peer_cmd = peer_losses(workload, precision, init, data, args, tag)
@@ -105,7 +126,7 @@ def check(workload, precision, args):
     worst = max(rel(a, b) for a, b in zip(ours, theirs))
     print(f"{workload} {precision} ({args.steps} steps, {args.threads} threads{', cpp-linear' if args.cpp_linear else ''}): "
           f"max relative difference "
-          f"{worst:.3g} (tolerance {tol:g})")
+          f"{worst:.3g} (tolerance {tol:g})", flush=True)
     if args.verbose:
         print(f"  bellows: {bellows_cmd}\n  peer:    {peer_cmd}")
         for s, (a, b) in enumerate(zip(ours, theirs), 1):
@@ -131,7 +152,9 @@ def main():
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--cpp-linear", action="store_true",
-                    help="run the peer with LibTorch's C++ Linear forward (bitwise bf16 agreement on W3; see peer.py)")
+                    help="run the peer with LibTorch's torch::nn::Linear forward: for bellows builds before commit "
+                         "ed3a21b, whose models used it (see peer.py CppLinear)")
+    ap.add_argument("--unfreeze-encoder", action="store_true", help="W7: train the encoder too")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the commands and every step's losses")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)

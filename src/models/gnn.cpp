@@ -83,9 +83,12 @@ std::vector<at::Tensor> InteractionImpl::forward(const at::Tensor& senders, cons
   const auto& first = edge_mlp_->first();
   const std::int64_t le = edges.size(-1), ls = senders.size(-1), lr = receivers.size(-1);
   const at::Tensor& w = first->weight;
-  const at::Tensor h = at::linear(edges, w.narrow(1, 0, le), first->bias) +
-                       at::linear(senders, w.narrow(1, le, ls)).index_select(-2, sender_index) +
-                       at::linear(receivers, w.narrow(1, le + ls, lr)).index_select(-2, receiver_index);
+  // Named, in a fixed order: the operands of one `a + b + c` are evaluated in an order C++ leaves to the compiler,
+  // and that order decides how autograd sums the gradients (bitwise). This is the order GCC chose before.
+  const at::Tensor from_receivers = at::linear(receivers, w.narrow(1, le + ls, lr)).index_select(-2, receiver_index);
+  const at::Tensor from_senders = at::linear(senders, w.narrow(1, le, ls)).index_select(-2, sender_index);
+  const at::Tensor from_edges = at::linear(edges, w.narrow(1, 0, le), first->bias);
+  const at::Tensor h = from_edges + from_senders + from_receivers;
   const at::Tensor e = edges + edge_mlp_->tail(h);
   const at::Tensor aggregated = scatter_sum(e, receiver_index, receivers.size(-2));
   const at::Tensor r = receivers + node_mlp_->forward(at::cat({receivers, aggregated.to(receivers.scalar_type())}, -1));

@@ -29,6 +29,7 @@
 #include "bellows/app/schema.h"
 #include "bellows/data/build.h"
 #include "bellows/hw/hardware_info.h"
+#include "bellows/models/dropout.h"
 #include "bellows/plan/plan.h"
 #include "bellows/precision/autocast.h"
 #include "bellows/util/error.h"
@@ -108,6 +109,8 @@ int run(const Args& a) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
   plan::apply(p);
   torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
+  models::set_dropout_masks(config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch
+                                                                              : models::DropoutMasks::kParallel);
 
   const data::DataSplits splits = data::build_datasets(c);
   models::BuiltModel built = app::build_model(c, app::model_context(splits));

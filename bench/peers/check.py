@@ -59,6 +59,15 @@ def init_key(args):
     return init_key.key
 
 
+def torch_masks(args):
+    """dropout_masks=torch where this bellows has the key: PyTorch's own dropout draws, so W3/W7 compare bitwise
+    (bellows' default draws its masks in parallel from another generator; same statistics, other numbers)."""
+    if not hasattr(torch_masks, "args"):
+        keys = subprocess.run([os.path.join(args.bin, "bellows"), "config", "keys"], capture_output=True, text=True)
+        torch_masks.args = ["dropout_masks=torch"] if "dropout_masks " in keys.stdout else []
+    return torch_masks.args
+
+
 def bellows_losses(workload, precision, init, data, args, tag):
     w = peer.WORKLOADS[workload]
     out = os.path.join(args.work, "runs")
@@ -68,7 +77,7 @@ def bellows_losses(workload, precision, init, data, args, tag):
            f"output_dir={out}", f"name={name}", f"data.path={data}", "data.shuffle=false", "data.val_fraction=0",
            f"train.max_steps={args.steps}", "train.epochs=1000", "train.log_every_n_steps=1",
            "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
-           "schedule.type=constant", "schedule.warmup_steps=0", f"{init_key(args)}={init}",
+           "schedule.type=constant", "schedule.warmup_steps=0", f"{init_key(args)}={init}", *torch_masks(args),
            *w.bellows_overrides, *(["model.freeze_encoder=false"] if args.unfreeze_encoder else [])]
     run(cmd, os.path.join(args.work, f"{name}.log"))
     records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]

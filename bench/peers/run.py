@@ -32,6 +32,8 @@ import check  # noqa: E402
 import peer  # noqa: E402
 
 BARE = {"W1", "W3"}  # the workloads the bare LibTorch loop runs (issue 13: bellows' per-step machinery)
+# (warm-up, timed) optimizer steps per trial: about 3-10 s of timed steps each on 2 cores (W3: ~0.85 s a step).
+STEPS = {"W1": (20, 300), "W2": (10, 100), "W3": (3, 12), "W4": (3, 12), "W5": (20, 400), "W6": (3, 15), "W7": (5, 40)}
 
 
 def run(cmd, log):
@@ -74,13 +76,13 @@ def data_for(workload, args):
     return os.path.join(folder, file)
 
 
-def bellows_trial(workload, precision, init, data, args, trial):
+def bellows_trial(workload, precision, init, data, args, trial, bin_dir=None, tag=""):
     w = peer.WORKLOADS[workload]
     out = os.path.join(args.work, "runs")
-    name = f"{workload}-{precision}-t{trial}"
+    name = f"{workload}-{precision}{tag}-t{trial}"
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     batch = args.batch_size or w.batch_size
-    cmd = [os.path.join(args.bin, "bellows"), "train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}",
+    cmd = [os.path.join(bin_dir or args.bin, "bellows"), "train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}",
            f"data.path={data}", "data.shuffle=false", "data.val_fraction=0", f"data.batch_size={batch}",
            f"train.max_steps={args.warmup + args.steps}", "train.epochs=1000", f"train.log_every_n_steps={args.warmup}",
            "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
@@ -130,6 +132,14 @@ def summary(trials, key="samples_per_s"):
 
 
 def bench(workload, precision, args, peaks):
+    default_warmup, default_steps = STEPS[workload]
+    args = argparse.Namespace(**vars(args))
+    args.warmup = args.warmup or default_warmup
+    args.steps = args.steps or default_steps
+    if args.batch_size and workload == "W5" and args.batch_size < 64:
+        args.steps *= 4  # W5 at batch 16: steps of ~1 ms
+    if args.steps % args.warmup:
+        args.steps += args.warmup - args.steps % args.warmup  # bellows logs every `warmup` steps
     data = data_for(workload, args)
     if workload == "W7":
         check.ensure_vocabulary(data, args)
@@ -144,6 +154,8 @@ def bench(workload, precision, args, peaks):
                "eager": lambda t: peer_trial(workload, precision, init, data, args, t, "eager")}
     if not args.no_compile:
         systems["compile"] = lambda t: peer_trial(workload, precision, init, data, args, t, "compile")
+    if args.baseline_bin:
+        systems["before"] = lambda t: bellows_trial(workload, precision, init, data, args, t, args.baseline_bin, "-before")
     if workload in BARE:
         systems["bare"] = lambda t: bare_trial(workload, precision, init, data, args, t)
     order = list(systems)
@@ -165,6 +177,8 @@ def bench(workload, precision, args, peaks):
         row["bellows_over_compile"] = b / row["systems"]["compile"]["samples_per_s"]["median"]
         eager_step_s = row["systems"]["eager"]["step_ms"]["median"] / 1e3
         row["compile_s"] = statistics.median(t["first_step_s"] - eager_step_s for t in results["compile"])
+    if "before" in results:
+        row["bellows_over_before"] = b / row["systems"]["before"]["samples_per_s"]["median"]
     if "bare" in results:
         row["machinery_cost"] = row["systems"]["bare"]["samples_per_s"]["median"] / b - 1
     flops = results["eager"][0]["flops_per_sample"]
@@ -184,7 +198,7 @@ def fmt_system(row, s):
 
 def table(rows):
     head = ("| workload | precision | batch | loss agreement | bellows samples/s | eager | torch.compile | bare loop "
-            "| bellows/eager | bellows/compile | machinery cost | bellows MFU | compile s | outside steps s: bellows / eager / compile |")
+            "| bellows/eager | bellows/compile | bellows before | now/before | machinery cost | bellows MFU | compile s | outside steps s: bellows / eager / compile |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         outside = " / ".join(f"{r['systems'][s]['outside_steps_s']['median']:.1f}" if s in r["systems"] else "-"
@@ -193,6 +207,7 @@ def table(rows):
             f"| {r['workload']} {r['name']} | {r['precision']} | {r['batch_size']} | {r['loss_agreement']:.1e} | "
             f"{fmt_system(r, 'bellows')} | {fmt_system(r, 'eager')} | {fmt_system(r, 'compile')} | {fmt_system(r, 'bare')} | "
             f"{r['bellows_over_eager']:.2f}x | {('%.2fx' % r['bellows_over_compile']) if 'bellows_over_compile' in r else '-'} | "
+            f"{fmt_system(r, 'before')} | {('%.2fx' % r['bellows_over_before']) if 'bellows_over_before' in r else '-'} | "
             f"{('%+.1f%%' % (100 * r['machinery_cost'])) if 'machinery_cost' in r else '-'} | "
             f"{('%.0f%%' % (100 * r['bellows_mfu'])) if 'bellows_mfu' in r else '-'} | "
             f"{('%.1f' % r['compile_s']) if 'compile_s' in r else '-'} | {outside} |")
@@ -204,21 +219,20 @@ def main():
     ap.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4", "W5"], choices=sorted(peer.WORKLOADS))
     ap.add_argument("--precision", action="append", choices=sorted(check.TOLERANCE), help="repeatable; default fp32")
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=60, help="timed optimizer steps per trial")
-    ap.add_argument("--warmup", type=int, default=10, help="optimizer steps discarded first (bellows logs every this many)")
+    ap.add_argument("--steps", type=int, default=0, help="timed optimizer steps per trial (default: per workload, STEPS)")
+    ap.add_argument("--warmup", type=int, default=0, help="optimizer steps discarded first; bellows logs every this many")
     ap.add_argument("--batch-size", type=int, default=0, help="override the workload's batch size (e.g. W5 at 16)")
     ap.add_argument("--check-steps", type=int, default=10, help="steps whose losses must agree before any timing")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="the examples' small data (a smoke run, not a measurement)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--baseline-bin", help="also time the bellows CLI in this folder (an earlier build) as 'before'")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "peers"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     if args.trials < 3 and not args.quick:
         sys.exit("run: at least 3 trials (the median and range mean little with fewer); --quick for a smoke run")
-    if args.steps % args.warmup:
-        args.steps += args.warmup - args.steps % args.warmup  # bellows logs every `warmup` steps
     args.work = os.path.join(args.out, "work")
     args.data_root = os.path.join(args.out, "data-quick" if args.quick else "data")
     # check.py's options

@@ -13,6 +13,7 @@
 #include "bellows/ckpt/inspect.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/activation_checkpoint.h"
+#include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
 #include "bellows/obs/memory.h"
@@ -176,6 +177,8 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   plan::Plan p = plan::resolve(plan_request(c), hw);  // make_loaders revises the workers once it has the data
   plan::apply(p);
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
+  models::set_dropout_masks(config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch
+                                                                              : models::DropoutMasks::kParallel);
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
   torch::manual_seed(seed);
   std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once it does

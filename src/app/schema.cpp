@@ -52,6 +52,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("threads", Type::kInt, "intra-op CPU threads (0: one per usable core)").min(0).default_value(node(0));
   s.add("deterministic", Type::kBool, "deterministic algorithms and cuDNN; bitwise-reproducible runs").default_value(node(false));
   s.add("cudnn_benchmark", Type::kString, "let cuDNN time its algorithms").choices({"auto", "true", "false"}).default_value(node("auto"));
+  s.add("dropout_masks", Type::kString, "dropout masks: parallel (Philox, filled in parallel on the CPU) or torch (at::dropout's draws, as PyTorch)")
+      .choices({"parallel", "torch"}).default_value(node("parallel"));
   s.add("cpu_allocator", Type::kString, "freed CPU memory: auto/retain (kept for the next step), system (glibc's trimming)")
       .choices({"auto", "retain", "system"}).default_value(node("auto"));
   s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));

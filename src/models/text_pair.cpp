@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "bellows/models/dropout.h"
 #include "bellows/models/registry.h"
 #include "bellows/util/check.h"
 #include "bellows/util/format.h"  // defines: shape_of
@@ -107,7 +108,7 @@ at::Tensor TextPairClassifierImpl::pool_and_classify(const at::Tensor& encoded, 
     const at::Tensor m = mask.to(encoded.scalar_type()).unsqueeze(2);  // [B, T, 1]
     pooled = (encoded * m).sum(1) / m.sum(1).clamp_min(1.0);
   }
-  return head_->forward(dropout_->forward(pooled));
+  return head_->forward(models::dropout(pooled, options_.encoder.dropout, is_training()));
 }
 
 at::Tensor TextPairClassifierImpl::forward_embedded(const at::Tensor& embedded, const at::Tensor& mask) {

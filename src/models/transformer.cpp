@@ -7,7 +7,9 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <limits>
 
+#include "bellows/models/dropout.h"
 #include "bellows/models/linear.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/rnn.h"
@@ -66,17 +68,29 @@ at::Tensor TransformerEncoderLayerImpl::self_attention(const at::Tensor& x, cons
   // [B, T, 3d] -> q, k, v as [B, heads, T, d/heads]
   const at::Tensor qkv =
       at::linear(x, in_proj_weight_, in_proj_bias_).view({batch, steps, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
-  const double p = is_training() ? options_.dropout : 0.0;
   const std::optional<at::Tensor> mask = attend.defined() ? std::optional<at::Tensor>(attend) : std::nullopt;
-  const at::Tensor out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, p);
+  at::Tensor out;
+  if (is_training() && options_.dropout > 0 && dropout_masks() == DropoutMasks::kParallel && x.device().is_cpu()) {
+    // SDPA's math path with the attention dropout drawn in parallel (models/dropout.h); what ATen runs on the CPU
+    // when dropout is on, term for term: softmax(q k^T / sqrt(d) + mask) v.
+    const at::Tensor& q = qkv[0];
+    at::Tensor scores = at::matmul(q, qkv[1].transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+    if (mask) scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
+    out = at::matmul(models::dropout(at::softmax(scores, -1), options_.dropout, true), qkv[2]);
+  } else {
+    const double p = is_training() ? options_.dropout : 0.0;
+    out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, p);
+  }
   return linear(out_proj_, out.transpose(1, 2).reshape({batch, steps, d}));
 }
 
 at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& attend) {
-  const at::Tensor h = x + dropout_->forward(self_attention(norm1_->forward(x), attend));
+  const double p = options_.dropout;
+  const bool train = is_training();
+  const at::Tensor h = x + models::dropout(self_attention(norm1_->forward(x), attend), p, train);
   at::Tensor ff = linear(linear1_, norm2_->forward(h));
   ff = options_.activation == "relu" ? at::relu(ff) : at::gelu(ff);
-  return h + dropout_->forward(linear(linear2_, dropout_->forward(ff)));
+  return h + models::dropout(linear(linear2_, models::dropout(ff, p, train)), p, train);
 }
 
 // --- masks and positions ---
@@ -148,7 +162,7 @@ at::Tensor TransformerEncoderImpl::forward(const at::Tensor& x, const at::Tensor
   at::Tensor h = x;
   if (sinusoid_.defined()) h = h + sinusoid_.narrow(0, 0, steps).to(x.options());
   if (pos_embedding_.defined()) h = h + pos_embedding_.narrow(0, 0, steps).to(x.scalar_type());
-  h = dropout_->forward(h);
+  h = models::dropout(h, options_.dropout, is_training());
   const at::Tensor attend = padding.defined() ? attention_mask_from_padding(padding.to(x.device())) : at::Tensor();
   for (std::size_t i = 0; i < layer_list_.size(); ++i) {
     // By value: a checkpointed block runs this again in backward, after forward returned.

@@ -129,26 +129,27 @@ at::Tensor GradScaler::step_on_device(const std::vector<at::Tensor>& params, con
                 "call update() after each step");
   if (options_.enabled || !nonfinite.defined()) unscale_(params);
   at::NoGradGuard no_grad;
-  at::Tensor found = nonfinite.defined() ? nonfinite.to(at::kFloat) : at::Tensor();
-  for (const auto& [device, t] : found_inf_) {
-    found = found.defined() ? found + on_device(t, found.device()) : t.clone();
+  at::Tensor found;
+  if (found_inf_.empty() && nonfinite.defined()) {
+    found = nonfinite;  // already 0 or 1: no op needed (the disabled scaler's every step)
+  } else {
+    found = nonfinite.defined() ? nonfinite.to(at::kFloat).reshape({}) : at::Tensor();
+    for (const auto& [device, t] : found_inf_) found = found.defined() ? found + on_device(t, found.device()) : t.clone();
+    if (!found.defined()) found = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(scale_.device()));  // nothing seen
+    found = found.clamp_max(1.0);  // the fused kernels skip on exactly 1
   }
-  if (!found.defined()) {  // no gradient this step and no flag given: a clean step
-    const c10::Device device = scale_.device();
-    found = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-  }
-  found = found.reshape({}).clamp_max(1.0);  // the fused kernels skip on exactly 1
   stepped_ = true;
   optimizer_step(found);
-  if (!skipped_on_device_.defined()) skipped_on_device_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(found.device()));
-  skipped_on_device_.add_(on_device(found, skipped_on_device_.device()).to(at::kLong));
+  // A double count: exact far beyond any run's step count, and one op (no cast) per step.
+  if (!skipped_on_device_.defined()) skipped_on_device_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(found.device()));
+  skipped_on_device_.add_(on_device(found, skipped_on_device_.device()));
   step_found_ = found;
   last_found_ = found;
   return found;
 }
 
 std::int64_t GradScaler::skipped_steps() const {
-  return skipped_steps_ + (skipped_on_device_.defined() ? skipped_on_device_.item<std::int64_t>() : 0);
+  return skipped_steps_ + (skipped_on_device_.defined() ? static_cast<std::int64_t>(skipped_on_device_.item<double>()) : 0);
 }
 
 bool GradScaler::last_step_skipped() const {

@@ -190,6 +190,34 @@ Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
     state->resize(groups_.size());
     for (std::size_t g = 0; g < groups_.size(); ++g) (*state)[g].resize(groups_[g].params.size());
   }
+  step_buffers_ = new_step_buffers();
+}
+
+std::vector<at::Tensor> Optimizer::new_step_buffers() const {
+  std::vector<at::Tensor> buffers(groups_.size());
+  if (!fused_) return buffers;  // the foreach path reads its steps on the host, one by one
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& params = groups_[g].params;
+    const c10::Device device = params.front().device();
+    if (std::all_of(params.begin(), params.end(), [&](const at::Tensor& p) { return p.device() == device; })) {
+      buffers[g] = at::zeros({static_cast<std::int64_t>(params.size())}, at::TensorOptions().dtype(at::kFloat).device(device));
+    }
+  }
+  return buffers;
+}
+
+void Optimizer::count_updates(std::size_t g, const std::vector<std::size_t>& active, const at::Tensor& found_inf, bool take_back) {
+  if (step_buffers_[g].defined() && active.size() == groups_[g].params.size()) {
+    // Every parameter of the group: one op on the group's buffer instead of one per parameter.
+    if (!take_back) step_buffers_[g].add_(1);
+    else if (found_inf.defined()) step_buffers_[g].sub_(found_inf.to(step_buffers_[g].device(), /*non_blocking=*/true));
+    return;
+  }
+  for (const auto& idx : buckets(groups_[g].params, active)) {
+    const std::vector<at::Tensor> steps = pick(state_steps_[g], idx);
+    if (!take_back) at::_foreach_add_(steps, 1);
+    else if (const auto found = on_device_of(found_inf, steps.front())) at::_foreach_add_(steps, *found, /*alpha=*/-1);
+  }
 }
 
 std::vector<at::Tensor> Optimizer::parameters() const {
@@ -198,10 +226,11 @@ std::vector<at::Tensor> Optimizer::parameters() const {
   return out;
 }
 
-at::Tensor Optimizer::new_step_tensor(const at::Tensor& param) const {
+at::Tensor Optimizer::new_step_tensor(const std::vector<at::Tensor>& buffers, std::size_t g, std::size_t i) const {
   // The fused kernels' steps live on the parameter's device (Adam reads them there; a skipped update takes them
-  // back down there); the foreach path reads them on the host.
-  const c10::Device device = fused_ ? param.device() : c10::Device(c10::kCPU);
+  // back down there), as slots of the group's buffer when it has one; the foreach path reads them on the host.
+  if (buffers[g].defined()) return buffers[g].select(0, static_cast<std::int64_t>(i));
+  const c10::Device device = fused_ ? groups_[g].params[i].device() : c10::Device(c10::kCPU);
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
@@ -272,10 +301,13 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
       const at::Tensor& p = group.params[i];
       exp_avg_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
       exp_avg_sq_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
-      state_steps_[g][i] = new_step_tensor(p);
+      state_steps_[g][i] = new_step_tensor(step_buffers_, g, i);
     }
   }
   const auto& o = options_;
+  // The fused kernels read the incremented step; on found_inf they return before touching anything, and the
+  // step goes back down on the device (as torch.optim does with a GradScaler).
+  if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
   for (const auto& idx : buckets(group.params, active)) {
     auto params = pick(group.params, idx);
     auto grad_list = pick(grads, idx);
@@ -283,10 +315,7 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
     auto v = pick(exp_avg_sq_[g], idx);
     auto steps = pick(state_steps_[g], idx);
     if (fused_) {
-      // The kernels read the incremented step; on found_inf they return before touching anything, and the
-      // step goes back down on the device (as torch.optim does with a GradScaler).
       const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
-      at::_foreach_add_(steps, 1);
       if (decoupled_) {
         at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
                           /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
@@ -294,12 +323,12 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
         at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
       }
-      if (found) at::_foreach_add_(steps, *found, /*alpha=*/-1);
     } else {
       foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
                    o.beta2, group.weight_decay, o.eps, decoupled_);
     }
   }
+  if (fused_) count_updates(g, active, found_inf, /*take_back=*/true);
 }
 
 void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
@@ -313,7 +342,7 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
   std::vector<std::size_t> first, later;
   for (std::size_t i : active) {
     if (!state_steps_[g][i].defined()) {
-      state_steps_[g][i] = new_step_tensor(group.params[i]);
+      state_steps_[g][i] = new_step_tensor(step_buffers_, g, i);
       first.push_back(i);
     } else {
       later.push_back(i);
@@ -323,9 +352,8 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
   // update (found_inf) takes the count back down without a sync.
   std::optional<at::Tensor> found;
   if (fused_) found = on_device_of(found_inf, group.params[active.front()]);
-  const std::vector<at::Tensor> counted = pick(state_steps_[g], active);
-  at::_foreach_add_(counted, 1);
-  if (found) at::_foreach_add_(counted, *found, /*alpha=*/-1);
+  count_updates(g, active, {}, /*take_back=*/false);
+  if (fused_) count_updates(g, active, found_inf, /*take_back=*/true);
 
   for (const auto* subset : {&first, &later}) {
     const bool is_first = subset == &first;
@@ -402,6 +430,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
 
   // Build everything first, so that an error leaves this optimizer as it was.
   auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_, momentum_buffer = momentum_buffer_, state_steps = state_steps_;
+  std::vector<at::Tensor> step_buffers = new_step_buffers();
   auto load_like = [&](const std::string& key, const at::Tensor& p) {
     const at::Tensor& t = get_tensor(state, key);
     BELLOWS_CHECK_DATA(t.defined() && t.sizes() == p.sizes(),
@@ -419,7 +448,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
                          fmt::format("optimizer state entry 'step.{}' is not a scalar", name), hint);
       exp_avg[g][i] = exp_avg_sq[g][i] = momentum_buffer[g][i] = state_steps[g][i] = at::Tensor();
       if (step.item<double>() == 0) continue;  // never updated: no state
-      state_steps[g][i] = new_step_tensor(p).copy_(step.reshape({}));
+      state_steps[g][i] = new_step_tensor(step_buffers, g, i).copy_(step.reshape({}));
       if (adam_) {
         exp_avg[g][i] = load_like("exp_avg." + name, p);
         exp_avg_sq[g][i] = load_like("exp_avg_sq." + name, p);
@@ -432,6 +461,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
   exp_avg_sq_ = std::move(exp_avg_sq);
   momentum_buffer_ = std::move(momentum_buffer);
   state_steps_ = std::move(state_steps);
+  step_buffers_ = std::move(step_buffers);
   lr_ = lr;
   step_count_ = steps;
 }

@@ -282,7 +282,9 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         precision_->unscale(params);
         const at::Tensor grad_norm = clip_gradients(params);
         optimizer_->set_lr(schedule_->lr(step_));
-        const at::Tensor skipped = precision_->step_on_device(params, grad_norm.isfinite().logical_not().to(at::kFloat),
+        // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
+        const at::Tensor nonfinite = (grad_norm - grad_norm).ne(0).to(at::kFloat);
+        const at::Tensor skipped = precision_->step_on_device(params, nonfinite,
                                                               [&](const at::Tensor& found_inf) { optimizer_->step(found_inf); });
         optimizer_->zero_grad();
         ++step_;

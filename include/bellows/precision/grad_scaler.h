@@ -52,8 +52,8 @@ class GradScaler {
   bool step(const std::vector<at::Tensor>& params, const std::function<void()>& optimizer_step);
 
   // step() without reading anything back to the host, for a training loop that must not wait for the device
-  // (and for CUDA graphs). `nonfinite`: the caller's own check of this step's gradients (float32, one element,
-  // 1 = non-finite), e.g. from the gradient norm it computes anyway; undefined: none. Enabled, the gradients are
+  // (and for CUDA graphs). `nonfinite`: the caller's own check of this step's gradients (float32, 0-dim, exactly
+  // 0 or 1; 1 = non-finite), e.g. from the gradient norm it computes anyway; undefined: none. Enabled, the gradients are
   // unscaled first (if not yet) and found_inf combines unscale_'s check with `nonfinite`; disabled, `nonfinite`
   // is the check (no pass over the gradients), or, when undefined, unscale_'s check pass runs.
   // optimizer_step(found_inf) must leave everything unchanged when found_inf is 1: train::Optimizer::step does,
@@ -98,7 +98,7 @@ class GradScaler {
   bool last_skipped_ = false;  // step()
   at::Tensor last_found_;      // step_on_device(): the last step's found_inf (undefined after step())
   std::int64_t skipped_steps_ = 0;     // by step()
-  at::Tensor skipped_on_device_;       // int64 0-dim: by step_on_device(), counted where the flags are
+  at::Tensor skipped_on_device_;       // float64 0-dim: by step_on_device(), counted where the flags are
 };
 
 }  // namespace bellows::precision

@@ -49,7 +49,7 @@ class Precision {
   // non-finite check is step_on_device()'s flag, or step()'s own pass).
   virtual void unscale(const std::vector<at::Tensor>& params) = 0;
 
-  // The training loop's step, with no sync: `nonfinite` (float32, one element, 1 = some gradient is inf/NaN;
+  // The training loop's step, with no sync: `nonfinite` (float32, 0-dim, 0 or 1; 1 = some gradient is inf/NaN;
   // the trainer derives it from the gradient norm it computes anyway) and, for fp16, unscale's check decide on
   // the device whether optimizer_step(found_inf) updates anything (see GradScaler::step_on_device); the loss
   // scale is updated on the device. Returns found_inf (1: skipped). skipped_steps() reads the count.

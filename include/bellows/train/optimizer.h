@@ -89,7 +89,10 @@ class Optimizer {
                  const at::Tensor& found_inf);
   void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
                 const at::Tensor& found_inf);
-  at::Tensor new_step_tensor(const at::Tensor& param) const;
+  std::vector<at::Tensor> new_step_buffers() const;  // per group: [params] float32 on their one device (fused)
+  at::Tensor new_step_tensor(const std::vector<at::Tensor>& buffers, std::size_t g, std::size_t i) const;
+  // One more update for each of `active` (take_back false), or one less where found_inf is 1 (take_back true).
+  void count_updates(std::size_t g, const std::vector<std::size_t>& active, const at::Tensor& found_inf, bool take_back);
 
   OptimizerOptions options_;
   std::vector<ParamGroup> groups_;
@@ -101,6 +104,9 @@ class Optimizer {
   // Per group, per parameter: first/second moments (adam*), momentum buffers (sgd), step tensors (float32
   // 0-dim; on the parameter's device with the fused kernels; on the CPU otherwise).
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_, momentum_buffer_, state_steps_;
+  // With the fused kernels, a group's step tensors are slots (views) of one buffer, so counting an update of the
+  // whole group is one op, not one per parameter; undefined for a group spread over devices.
+  std::vector<at::Tensor> step_buffers_;
 };
 
 }  // namespace bellows::train

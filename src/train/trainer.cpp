@@ -173,8 +173,15 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
   model_->eval();
   if (options_.eval_with_ema) ema_->swap();
   val.start_epoch(0);
-  double loss_sum = 0, weight = 0;
-  std::vector<std::pair<std::string, double>> metric_sums;
+  // Sample-weighted sums kept on the device (float64): read once, after the last batch.
+  at::Tensor loss_sum;
+  std::vector<std::pair<std::string, at::Tensor>> metric_sums;
+  double weight = 0;
+  auto add = [](at::Tensor& sum, const at::Tensor& value, double w) {
+    const at::Tensor v = value.detach().to(at::kDouble) * w;
+    if (sum.defined()) sum.add_(v);
+    else sum = v;
+  };
   while (auto batch = val.next()) {
     const data::Batch b = to_device(*batch, options_);
     StepOutput out;
@@ -183,20 +190,18 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
       out = task_->eval_step(*model_, b);
     }
     const double w = static_cast<double>(b.size);
-    loss_sum += out.loss.item<double>() * w;
+    add(loss_sum, out.loss, w);
     if (metric_sums.empty()) {
-      for (const auto& [name, v] : out.metrics) metric_sums.emplace_back(name, 0.0);
+      for (const auto& [name, v] : out.metrics) metric_sums.emplace_back(name, at::Tensor());
     }
-    for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) {
-      metric_sums[i].second += out.metrics[i].second.item<double>() * w;
-    }
+    for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) add(metric_sums[i].second, out.metrics[i].second, w);
     weight += w;
   }
   if (options_.eval_with_ema) ema_->swap();
   if (was_training) model_->train();
   BELLOWS_CHECK_DATA(weight > 0, "the validation data produced no batches", "check the validation split and batch size");
-  std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum / weight}};
-  for (const auto& [name, sum] : metric_sums) values.emplace_back(name, sum / weight);
+  std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum.item<double>() / weight}};
+  for (const auto& [name, sum] : metric_sums) values.emplace_back(name, sum.defined() ? sum.item<double>() / weight : 0.0);
   return values;
 }
 

@@ -64,35 +64,54 @@ void Ema::update(std::int64_t optimizer_step, const at::Tensor& skipped) {
   }
   if (optimizer_step % options_.every_n_steps != 0) return;
 
-  // Bucket the averaged entries by (device, live dtype, EMA dtype): one _foreach_lerp_ per bucket.
-  using Key = std::tuple<c10::Device, at::ScalarType, at::ScalarType>;
-  std::vector<std::pair<Key, std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>>> buckets;
-  for (auto& e : entries_) {
-    if (!e.averaged) {
-      e.ema.copy_(e.live);
-      continue;
+  if (plan_.empty() && copies_.first.empty()) plan_update();
+  if (!copies_.first.empty()) at::_foreach_copy_(copies_.first, copies_.second);  // buffers: copied, not averaged
+  for (auto& bucket : plan_) {
+    // lerp needs one dtype: reduced-precision weights are widened (temporaries) to the EMA's dtype.
+    std::vector<at::Tensor> widened;
+    if (bucket.widen) {
+      widened.reserve(bucket.live.size());
+      for (const auto& t : bucket.live) widened.push_back(t.to(bucket.ema.front().scalar_type()));
     }
-    const Key key{e.live.device(), e.live.scalar_type(), e.ema.scalar_type()};
-    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const auto& b) { return b.first == key; });
-    if (it == buckets.end()) {
-      buckets.push_back({key, {}});
-      it = std::prev(buckets.end());
-    }
-    it->second.first.push_back(e.ema);
-    // lerp needs one dtype: reduced-precision weights are widened (a temporary) to the EMA's dtype.
-    it->second.second.push_back(e.live.scalar_type() == e.ema.scalar_type() ? e.live : e.live.to(e.ema.scalar_type()));
-  }
-  for (auto& [key, lists] : buckets) {
+    const std::vector<at::Tensor>& live = bucket.widen ? widened : bucket.live;
     if (!skipped.defined()) {
-      at::_foreach_lerp_(lists.first, lists.second, 1.0 - options_.decay);
+      at::_foreach_lerp_(bucket.ema, live, 1.0 - options_.decay);
       continue;
     }
     // The weight (1 - decay) x (1 - skipped) as a device scalar: 0 on a skipped step, an exact no-op of lerp.
-    const at::Tensor weight = (1.0 - skipped.to(std::get<0>(key), std::get<2>(key)).reshape({})) * (1.0 - options_.decay);
-    at::_foreach_lerp_(lists.first, lists.second, std::vector<at::Tensor>(lists.first.size(), weight));
+    const at::Tensor weight =
+        (1.0 - skipped.to(bucket.ema.front().device(), bucket.ema.front().scalar_type()).reshape({})) * (1.0 - options_.decay);
+    at::_foreach_lerp_(bucket.ema, live, std::vector<at::Tensor>(bucket.ema.size(), weight));
   }
   ++updates_;
 }
+
+void Ema::plan_update() {
+  // The averaged entries by (device, live dtype, EMA dtype): one _foreach_lerp_ per bucket; the rest, one
+  // _foreach_copy_. Made once, and again after swap() replaces EMA tensors.
+  using Key = std::tuple<c10::Device, at::ScalarType, at::ScalarType>;
+  std::vector<Key> keys;
+  plan_.clear();
+  copies_ = {};
+  for (auto& e : entries_) {
+    if (!e.averaged) {
+      copies_.first.push_back(e.ema);
+      copies_.second.push_back(e.live);
+      continue;
+    }
+    const Key key{e.live.device(), e.live.scalar_type(), e.ema.scalar_type()};
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      plan_.push_back({{}, {}, e.live.scalar_type() != e.ema.scalar_type()});
+      it = std::prev(keys.end());
+    }
+    auto& bucket = plan_[static_cast<std::size_t>(it - keys.begin())];
+    bucket.ema.push_back(e.ema);
+    bucket.live.push_back(e.live);
+  }
+}
+
 
 void Ema::swap() {
   c10::NoGradGuard no_grad;
@@ -113,6 +132,8 @@ void Ema::swap() {
     }
   }
   swapped_ = !swapped_;
+  plan_.clear();  // the EMA tensors of same-dtype entries were replaced
+  copies_ = {};
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Ema::averaged() const {

@@ -60,9 +60,17 @@ class Ema {
     bool averaged;     // else copied
   };
   const at::Tensor& ema_value(const Entry& e) const;
+  void plan_update();  // fills plan_ and copies_ from entries_
+
+  struct Bucket {
+    std::vector<at::Tensor> ema, live;
+    bool widen;  // live is narrower than the EMA (bf16 weights, fp32 average)
+  };
 
   EmaOptions options_;
   std::vector<Entry> entries_;
+  std::vector<Bucket> plan_;                                             // averaged entries, per device and dtypes
+  std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> copies_;  // (EMA, live) of the copied entries
   std::int64_t updates_ = 0;
   bool swapped_ = false;
 };

@@ -150,6 +150,13 @@ TEST(Ema, SwapTwiceRestoresBothSides) {
   EXPECT_FALSE(ema.swapped());
   for (const auto& [n, t] : named) EXPECT_TRUE(t.detach().equal(live[n])) << "restored: " << n;
   for (const auto& [n, t] : ema.averaged()) EXPECT_TRUE(t.equal(avg[n])) << "EMA intact: " << n;
+
+  // Averaging goes on into the EMA tensors the swaps left (the update's bucket plan is rebuilt after a swap).
+  m.train_step(0.3);
+  ema.update(4);
+  const at::Tensor expected = 0.9 * avg["weight"].to(at::kDouble) + 0.1 * m.weight.detach().to(at::kDouble);
+  EXPECT_TRUE(value(ema, "weight").to(at::kDouble).allclose(expected, 1e-6, 1e-7));
+  EXPECT_TRUE(value(ema, "bn.running_mean").equal(m.running_mean)) << "buffers still copied";
 }
 
 TEST(Ema, StateDictRoundTripAndErrors) {

@@ -191,6 +191,10 @@ Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
     for (std::size_t g = 0; g < groups_.size(); ++g) (*state)[g].resize(groups_[g].params.size());
   }
   step_buffers_ = new_step_buffers();
+  for (const auto& g : groups_) {
+    uniform_dtype_.push_back(std::all_of(g.params.begin(), g.params.end(),
+                                         [&](const at::Tensor& p) { return p.scalar_type() == g.params.front().scalar_type(); }));
+  }
 }
 
 std::vector<at::Tensor> Optimizer::new_step_buffers() const {
@@ -308,6 +312,19 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
   // The fused kernels read the incremented step; on found_inf they return before touching anything, and the
   // step goes back down on the device (as torch.optim does with a GradScaler).
   if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
+  if (fused_ && step_buffers_[g].defined() && uniform_dtype_[g] && active.size() == group.params.size()) {
+    // Every parameter, one device and one dtype (the usual step): the group's own lists, no per-step bucketing.
+    const std::optional<at::Tensor> found = on_device_of(found_inf, group.params.front());
+    if (decoupled_) {
+      at::_fused_adamw_(group.params, grads, exp_avg_[g], exp_avg_sq_[g], {}, state_steps_[g], lr_, o.beta1, o.beta2,
+                        group.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    } else {
+      at::_fused_adam_(group.params, grads, exp_avg_[g], exp_avg_sq_[g], {}, state_steps_[g], lr_, o.beta1, o.beta2,
+                       group.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    }
+    count_updates(g, active, found_inf, /*take_back=*/true);
+    return;
+  }
   for (const auto& idx : buckets(group.params, active)) {
     auto params = pick(group.params, idx);
     auto grad_list = pick(grads, idx);

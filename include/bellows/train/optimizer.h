@@ -107,6 +107,7 @@ class Optimizer {
   // With the fused kernels, a group's step tensors are slots (views) of one buffer, so counting an update of the
   // whole group is one op, not one per parameter; undefined for a group spread over devices.
   std::vector<at::Tensor> step_buffers_;
+  std::vector<bool> uniform_dtype_;  // per group: every parameter has the same dtype
 };
 
 }  // namespace bellows::train

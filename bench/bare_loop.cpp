@@ -27,9 +27,9 @@
 #include "bellows/app/model_setup.h"
 #include "bellows/app/run.h"
 #include "bellows/app/schema.h"
+#include "bellows/app/trainer_setup.h"
 #include "bellows/data/build.h"
 #include "bellows/hw/hardware_info.h"
-#include "bellows/models/dropout.h"
 #include "bellows/plan/plan.h"
 #include "bellows/precision/autocast.h"
 #include "bellows/util/error.h"
@@ -67,16 +67,11 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-bool decays(const std::string& name, const at::Tensor& p, const std::vector<std::string>& no_decay) {
-  if (p.dim() <= 1) return false;
-  return std::none_of(no_decay.begin(), no_decay.end(), [&](const std::string& s) { return !s.empty() && name.find(s) != std::string::npos; });
-}
-
 // AdamW with ATen's fused kernel, one call per weight-decay group: the update bellows' optimizer makes.
 struct BareAdamW {
   struct Group {
     std::vector<at::Tensor> params, exp_avg, exp_avg_sq, steps;
-    double weight_decay;
+    double weight_decay = 0;
   };
   std::vector<Group> groups;
   double lr, beta1, beta2, eps;
@@ -109,8 +104,7 @@ int run(const Args& a) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
   plan::apply(p);
   torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
-  models::set_dropout_masks(config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch
-                                                                              : models::DropoutMasks::kParallel);
+  models::set_dropout_masks(app::dropout_masks_setting(c));
 
   const data::DataSplits splits = data::build_datasets(c);
   models::BuiltModel built = app::build_model(c, app::model_context(splits));
@@ -135,24 +129,25 @@ int run(const Args& a) {
     batches.push_back(batch.to(p.device, false));
   }
 
-  // --- the optimizer ---
+  // --- the optimizer: bellows' own parameter groups (no weight decay on biases and norms), updated by the
+  // fused kernel alone ---
+  const train::OptimizerOptions options = app::trainer_options(c, p).optimizer;
+  const train::Optimizer grouping(bellows::named_parameters(*built.module), options);
   BareAdamW opt;
-  opt.lr = config::get_double(c, "optim.lr");
-  const auto betas = config::get_double_list(c, "optim.betas");
-  opt.beta1 = betas.at(0);
-  opt.beta2 = betas.at(1);
-  opt.eps = config::get_double(c, "optim.eps");
-  const auto no_decay = config::get_string_list(c, "optim.no_decay");
-  opt.groups = {{{}, {}, {}, {}, config::get_double(c, "optim.weight_decay")}, {{}, {}, {}, {}, 0.0}};
-  for (const auto& [name, t] : bellows::named_parameters(*built.module)) {
-    if (!t.requires_grad()) continue;
-    auto& g = opt.groups[decays(name, t, no_decay) ? 0 : 1];
-    g.params.push_back(t);
-    g.exp_avg.push_back(at::zeros_like(t));
-    g.exp_avg_sq.push_back(at::zeros_like(t));
-    g.steps.push_back(at::zeros({}, t.options().dtype(at::kFloat)));
+  opt.lr = options.lr;
+  opt.beta1 = options.beta1;
+  opt.beta2 = options.beta2;
+  opt.eps = options.eps;
+  for (const auto& group : grouping.groups()) {
+    BareAdamW::Group& g = opt.groups.emplace_back();
+    g.weight_decay = group.weight_decay;
+    for (const auto& t : group.params) {
+      g.params.push_back(t);
+      g.exp_avg.push_back(at::zeros_like(t));
+      g.exp_avg_sq.push_back(at::zeros_like(t));
+      g.steps.push_back(at::zeros({}, t.options().dtype(at::kFloat)));
+    }
   }
-  std::erase_if(opt.groups, [](const BareAdamW::Group& g) { return g.params.empty(); });
 
   // --- the loop ---
   const bool bf16 = p.precision == "bf16-mixed";

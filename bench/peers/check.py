@@ -50,15 +50,6 @@ def data_path(workload, args):
     return os.path.join(folder, file)
 
 
-def init_key(args):
-    """model.init_weights where this bellows has it, else the older top-level init_weights (both load the file
-    after the model is built, by name and strictly)."""
-    if not hasattr(init_key, "key"):
-        keys = subprocess.run([os.path.join(args.bin, "bellows"), "config", "keys"], capture_output=True, text=True)
-        init_key.key = "model.init_weights" if "model.init_weights " in keys.stdout else "init_weights"
-    return init_key.key
-
-
 def torch_masks(args):
     """dropout_masks=torch where this bellows has the key: PyTorch's own dropout draws, so W3/W7 compare bitwise
     (bellows' default draws its masks in parallel from another generator; same statistics, other numbers)."""
@@ -77,7 +68,7 @@ def bellows_losses(workload, precision, init, data, args, tag):
            f"output_dir={out}", f"name={name}", f"data.path={data}", "data.shuffle=false", "data.val_fraction=0",
            f"train.max_steps={args.steps}", "train.epochs=1000", "train.log_every_n_steps=1",
            "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
-           "schedule.type=constant", "schedule.warmup_steps=0", f"{init_key(args)}={init}", *torch_masks(args),
+           "schedule.type=constant", "schedule.warmup_steps=0", f"init_weights={init}", *torch_masks(args),
            *w.bellows_overrides, *(["model.freeze_encoder=false"] if args.unfreeze_encoder else [])]
     run(cmd, os.path.join(args.work, f"{name}.log"))
     records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]

@@ -86,7 +86,7 @@ def bellows_trial(workload, precision, init, data, args, trial, bin_dir=None, ta
            f"data.path={data}", "data.shuffle=false", "data.val_fraction=0", f"data.batch_size={batch}",
            f"train.max_steps={args.warmup + args.steps}", "train.epochs=1000", f"train.log_every_n_steps={args.warmup}",
            "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
-           "schedule.type=constant", "schedule.warmup_steps=0", f"{check.init_key(args)}={init}", *w.bellows_overrides]
+           "schedule.type=constant", "schedule.warmup_steps=0", f"init_weights={init}", *w.bellows_overrides]
     wall = run(cmd, os.path.join(args.work, f"{name}.log"))
     records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]
     train = {r["step"]: r for r in records if r.get("type") == "train"}

@@ -214,7 +214,7 @@ void Optimizer::count_updates(std::size_t g, const std::vector<std::size_t>& act
   if (step_buffers_[g].defined() && active.size() == groups_[g].params.size()) {
     // Every parameter of the group: one op on the group's buffer instead of one per parameter.
     if (!take_back) step_buffers_[g].add_(1);
-    else if (found_inf.defined()) step_buffers_[g].sub_(found_inf.to(step_buffers_[g].device(), /*non_blocking=*/true));
+    else if (const auto found = on_device_of(found_inf, step_buffers_[g])) step_buffers_[g].sub_(*found);
     return;
   }
   for (const auto& idx : buckets(groups_[g].params, active)) {
@@ -312,37 +312,32 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
   // The fused kernels read the incremented step; on found_inf they return before touching anything, and the
   // step goes back down on the device (as torch.optim does with a GradScaler).
   if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
+  const auto fused_call = [&](at::TensorList params, at::TensorList grad_list, at::TensorList m, at::TensorList v, at::TensorList steps) {
+    const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
+    if (decoupled_) {
+      at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    } else {
+      at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    }
+  };
   if (fused_ && step_buffers_[g].defined() && uniform_dtype_[g] && active.size() == group.params.size()) {
     // Every parameter, one device and one dtype (the usual step): the group's own lists, no per-step bucketing.
-    const std::optional<at::Tensor> found = on_device_of(found_inf, group.params.front());
-    if (decoupled_) {
-      at::_fused_adamw_(group.params, grads, exp_avg_[g], exp_avg_sq_[g], {}, state_steps_[g], lr_, o.beta1, o.beta2,
-                        group.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-    } else {
-      at::_fused_adam_(group.params, grads, exp_avg_[g], exp_avg_sq_[g], {}, state_steps_[g], lr_, o.beta1, o.beta2,
-                       group.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-    }
-    count_updates(g, active, found_inf, /*take_back=*/true);
-    return;
-  }
-  for (const auto& idx : buckets(group.params, active)) {
-    auto params = pick(group.params, idx);
-    auto grad_list = pick(grads, idx);
-    auto m = pick(exp_avg_[g], idx);
-    auto v = pick(exp_avg_sq_[g], idx);
-    auto steps = pick(state_steps_[g], idx);
-    if (fused_) {
-      const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
-      if (decoupled_) {
-        at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    fused_call(group.params, grads, exp_avg_[g], exp_avg_sq_[g], state_steps_[g]);
+  } else {
+    for (const auto& idx : buckets(group.params, active)) {
+      auto params = pick(group.params, idx);
+      auto grad_list = pick(grads, idx);
+      auto m = pick(exp_avg_[g], idx);
+      auto v = pick(exp_avg_sq_[g], idx);
+      auto steps = pick(state_steps_[g], idx);
+      if (fused_) {
+        fused_call(params, grad_list, m, v, steps);
       } else {
-        at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+        foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
+                     o.beta2, group.weight_decay, o.eps, decoupled_);
       }
-    } else {
-      foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
-                   o.beta2, group.weight_decay, o.eps, decoupled_);
     }
   }
   if (fused_) count_updates(g, active, found_inf, /*take_back=*/true);

@@ -11,7 +11,6 @@
 
 #include <chrono>
 #include <future>
-#include <cmath>
 
 #include "bellows/obs/memory.h"
 #include "bellows/train/checkpointing.h"
@@ -37,6 +36,12 @@ data::Batch to_device(const data::Batch& batch, const TrainerOptions& options) {
 
 bool uses_total_steps(const std::string& type) { return type == "cosine" || type == "linear"; }
 
+// sum += value, on the device; the first value is copied (it may alias a tensor the step still uses).
+void accumulate(at::Tensor& sum, const at::Tensor& value) {
+  if (sum.defined()) sum.add_(value);
+  else sum = value.clone();
+}
+
 }  // namespace
 
 // Sums over one logging window, kept as device tensors so that logging is the only synchronisation: the
@@ -53,17 +58,13 @@ struct Trainer::Window {
   double start_s = 0;
   double epoch_start_s = 0;
 
-  static void accumulate(at::Tensor& sum, const at::Tensor& value) {
-    const at::Tensor v = value.detach().to(at::kFloat);
-    if (sum.defined()) sum.add_(v);
-    else sum = v.clone();
-  }
   void add(const StepOutput& out) {
-    accumulate(loss_sum, out.loss);
+    accumulate(loss_sum, out.loss.detach().to(at::kFloat));
     if (metric_sums.empty()) {
-      for (const auto& [name, value] : out.metrics) metric_sums.emplace_back(name, value.detach().to(at::kFloat).clone());
-    } else {
-      for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) accumulate(metric_sums[i].second, out.metrics[i].second);
+      for (const auto& [name, value] : out.metrics) metric_sums.emplace_back(name, at::Tensor());
+    }
+    for (std::size_t i = 0; i < metric_sums.size() && i < out.metrics.size(); ++i) {
+      accumulate(metric_sums[i].second, out.metrics[i].second.detach().to(at::kFloat));
     }
     ++micro_batches;
   }
@@ -177,11 +178,7 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
   at::Tensor loss_sum;
   std::vector<std::pair<std::string, at::Tensor>> metric_sums;
   double weight = 0;
-  auto add = [](at::Tensor& sum, const at::Tensor& value, double w) {
-    const at::Tensor v = value.detach().to(at::kDouble) * w;
-    if (sum.defined()) sum.add_(v);
-    else sum = v;
-  };
+  auto add = [](at::Tensor& sum, const at::Tensor& value, double w) { accumulate(sum, value.detach().to(at::kDouble) * w); };
   while (auto batch = val.next()) {
     const data::Batch b = to_device(*batch, options_);
     StepOutput out;
@@ -294,7 +291,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         optimizer_->zero_grad();
         ++step_;
         if (ema_) ema_->update(step_, skipped);
-        Window::accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
+        accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
       }
       ++window.optimizer_calls;
 

@@ -10,7 +10,7 @@
 //
 //   build/bin/bellows_bare_loop CONFIG [key=value ...] [--steps N] [--warmup W] [--json FILE]
 // Prints (and writes to FILE) {"samples_per_s", "step_ms" (median), "losses" (every step's, warm-up included),
-// "batch_size", "steps", "warmup", "precision", "threads"}. bench/peers/run.sh runs it beside bellows for W1/W3.
+// "batch_size", "steps", "warmup", "precision", "threads"}. bench/peers/run.sh runs it beside bellows for W1/W3/W5.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>

@@ -8,7 +8,7 @@ Per workload and precision:
      their per-step losses must agree within the precision's tolerance, else the suite stops and says so;
   3. trials, alternating the systems (A B C [D], then B C [D] A, ...): bellows (`bellows train`, its own plan for
      workers and allocator, the example's config with a constant LR, no evaluation, no checkpoints), PyTorch eager,
-     torch.compile, and for W1/W3 the bare LibTorch loop over the same model (build/bin/bellows_bare_loop); warm-up
+     torch.compile, and for W1/W3/W5 the bare LibTorch loop over the same model (build/bin/bellows_bare_loop); warm-up
      steps are discarded;
   4. per system the median samples/s and the range over trials; bellows/eager, bellows/compile, bellows' MFU
      (FLOPs per sample from peer.py x samples/s over the GEMM ceiling `bellows hw --measure` measured for the
@@ -31,7 +31,7 @@ sys.path.insert(0, HERE)
 import check  # noqa: E402
 import peer  # noqa: E402
 
-BARE = {"W1", "W3"}  # the workloads the bare LibTorch loop runs (issue 13: bellows' per-step machinery)
+BARE = {"W1", "W3", "W5"}  # the workloads the bare LibTorch loop runs (issue 13: bellows' per-step machinery)
 # (warm-up, timed) optimizer steps per trial: about 3-10 s of timed steps each on 2 cores (W3: ~0.85 s a step).
 STEPS = {"W1": (20, 300), "W2": (10, 100), "W3": (3, 12), "W4": (3, 12), "W5": (20, 400), "W6": (3, 15), "W7": (5, 40)}
 

@@ -19,7 +19,9 @@ void add_activation(torch::nn::Sequential& seq, const std::string& name) {
   if (name == "gelu") {
     seq->push_back(torch::nn::GELU());
   } else if (name == "relu") {
-    seq->push_back(torch::nn::ReLU());
+    // In place: what precedes it (Linear, LayerNorm, BatchNorm1d) does not need its output for backward, and
+    // ReLU's backward reads its own result, so one activation-sized tensor less per layer.
+    seq->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
   } else if (name == "silu") {
     seq->push_back(torch::nn::SiLU());
   } else if (name == "tanh") {

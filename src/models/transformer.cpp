@@ -89,7 +89,10 @@ at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& x, const at::T
   const bool train = is_training();
   const at::Tensor h = x + models::dropout(self_attention(norm1_->forward(x), attend), p, train);
   at::Tensor ff = linear(linear1_, norm2_->forward(h));
-  ff = options_.activation == "relu" ? at::relu(ff) : at::gelu(ff);
+  // ReLU in place on the fresh linear output (its backward reads the result). ATen's fused
+  // _addmm_activation has no derivative (PyTorch 2.13: "derivative for aten::_addmm_activation is not
+  // implemented"), and on the CPU it is addmm followed by the same in-place activation, so it buys nothing here.
+  ff = options_.activation == "relu" ? ff.relu_() : at::gelu(ff);
   return h + models::dropout(linear(linear2_, models::dropout(ff, p, train)), p, train);
 }
 

@@ -17,6 +17,12 @@ find_package(netCDF REQUIRED)
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)
 find_package(ZLIB REQUIRED)
+# Data parallel (dist/): c10d's Gloo process group is in libtorch_cpu, but the wheel ships no Gloo headers;
+# Debian's libgloo-dev provides them (c10d's header only holds Gloo's types by pointer).
+find_path(BELLOWS_GLOO_INCLUDE_DIR gloo/context.h)
+if(NOT BELLOWS_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "Gloo's headers (gloo/context.h) were not found: install Debian's libgloo-dev (scripts/setup.sh does)")
+endif()
 # Checkpoint checksums (ckpt/): SHA-256 from OpenSSL's libcrypto.
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 # Subword tokenization of text data (data/tokenizer): Debian's libsentencepiece (and its trainer), private to bellows.

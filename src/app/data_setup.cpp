@@ -79,21 +79,29 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
   return ms[ms.size() / 2];
 }
 
-Loaders make_loaders(const config::Config& c, plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream) {
+Loaders make_loaders(const config::Config& c, plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream, int rank, int world_size) {
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
   if (p.workers_planned && l.splits.train->size() > 0) {
     plan::refine_workers(p, hw::HardwareInfo::get(), measure_batch_fetch_ms(*l.splits.train, config::get_int(c, "data.batch_size")));
   }
   const data::LoaderOptions lo = loader_options(c, p);
-  l.train = std::make_unique<data::Loader>(l.splits.train, data::Sampler(l.splits.train->size(), sampler_options(c, *l.splits.train)),
-                                           lo, data::make_stager(p.device, p.pin_memory));
+  // Data parallel: rank r takes positions r, r + W, ... of the epoch's order, so W ranks with batch B step on
+  // the samples one process with batch W*B would (padded by wrap-around to equal shares, as DistributedSampler).
+  data::SamplerOptions to = sampler_options(c, *l.splits.train);
+  to.rank = rank;
+  to.world_size = world_size;
+  l.train = std::make_unique<data::Loader>(l.splits.train, data::Sampler(l.splits.train->size(), to), lo,
+                                           data::make_stager(p.device, p.pin_memory));
   if (l.splits.val) {
     data::LoaderOptions vo = lo;
     vo.train = false;
     vo.drop_last = false;
     data::SamplerOptions so;
     so.kind = "sequential";
+    so.rank = rank;  // each rank evaluates its share once; the trainer adds the sums up over ranks
+    so.world_size = world_size;
+    so.uneven = true;
     l.val = std::make_unique<data::Loader>(l.splits.val, data::Sampler(l.splits.val->size(), so), vo,
                                            data::make_stager(p.device, p.pin_memory));
   }

@@ -9,6 +9,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
+#include "bellows/app/strategy_setup.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
@@ -121,8 +122,18 @@ plan::PlanRequest plan_request(const config::Config& c) {
 RunResult run(const config::Config& c, const RunOptions& options) {
   // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  plan::Plan p = plan::resolve(plan_request(c), hw);  // make_loaders revises the workers once it has the data
+  const dist::ProcessInfo process = process_info(c);  // rank and world size from the launcher's environment
+  plan::PlanRequest request = plan_request(c);
+  request.local_rank = process.local_rank;
+  request.local_world_size = process.local_world_size;
+  request.share_node_cores = process.shares_node_cores();
+  request.cores_per_process = process.cpus_per_process;
+  plan::Plan p = plan::resolve(request, hw);  // make_loaders revises the workers once it has the data
   plan::apply(p);
+  // --- the job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s) ---
+  StrategySetup strategy = make_strategy(c, process, p);
+  dist::Strategy& ranks = *strategy.strategy;
+  p.entries.push_back(strategy.entry);
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
   models::set_dropout_masks(dropout_masks_setting(c));
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
@@ -130,7 +141,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once it does
 
   // --- data: datasets, samplers, prefetching loaders on the planned device ---
-  Loaders loaders = make_loaders(c, p, options.stream);
+  Loaders loaders = make_loaders(c, p, options.stream, ranks.rank(), ranks.world_size());
   check_model_input(c, *loaders.splits.train);
 
   // --- model, task, trainer ---
@@ -141,9 +152,11 @@ RunResult run(const config::Config& c, const RunOptions& options) {
     notes.push_back(import_note(w, import_weights(*built.module, w)));
   }
   // --- run directory ---
-  const fs::path dir = make_run_dir(c);
+  // Rank 0 picks it (and alone writes into it); the others learn its name.
+  const fs::path dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(c).string() : std::string());
   TrainerOptions trainer_opts = trainer_options(c, p);
   trainer_opts.stop_flag = options.stop_flag;
+  trainer_opts.strategy = strategy.strategy;
   if (config::get_bool(c, "checkpoint.enabled")) {
     auto& co = trainer_opts.checkpoint;
     co.dir = dir / "checkpoints";
@@ -166,17 +179,21 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   Trainer trainer(built.module, built.task, trainer_opts);
   const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);
 
-  // --- sinks ---
-  write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
+  // --- sinks: rank 0's (records are global: the trainer sums over ranks) ---
   plan::Plan recorded = p;  // the plan with the model-dependent rows
   recorded.entries.push_back(checkpointing);
-  write_file_atomically(dir / "plan.json", recorded.to_json());
+  if (ranks.is_main()) {
+    write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
+    write_file_atomically(dir / "plan.json", recorded.to_json());
+  }
   trainer.set_run_info(config::get_string(c, "name"), dir.string());
   auto header = header_rows(hw, p);
   header.emplace_back(checkpointing.key, fmt::format("{:<11} {}", checkpointing.value, checkpointing.reason));
   trainer.set_header(std::move(header));
-  if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
-  trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+  if (ranks.is_main()) {
+    if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
+    trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+  }
   for (const auto& note : notes) trainer.message(note);
 
   // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
@@ -203,7 +220,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   result.run_dir = dir;
   result.fit = trainer.fit(*loaders.train, loaders.val.get());
   result.data = loaders.train->stats();
-  if (options.console) {  // after the summary table, so to the console only (metrics.jsonl ends with the run's end record)
+  if (options.console && ranks.is_main()) {  // after the summary table, so to the console only (metrics.jsonl ends with the run's end record)
     const data::LoaderStats& d = result.data;
     std::fprintf(options.console, "%s\n",
                  fmt::format("data: {}; the training step waited for batches {:.1f}% of {:.1f} s; queue peak {:.1f} MB; "

@@ -57,6 +57,14 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("cpu_allocator", Type::kString, "freed CPU memory: auto/retain (kept for the next step), system (glibc's trimming)")
       .choices({"auto", "retain", "system"}).default_value(node("auto"));
   s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));
+  // dist: data parallel over c10d when a launcher started several processes (bellows launch, torchrun, srun, mpirun)
+  s.add("dist.strategy", Type::kString, "auto (ddp when the environment names several processes), single or ddp")
+      .choices({"auto", "single", "ddp"}).default_value(node("auto"));
+  s.add("dist.backend", Type::kString, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
+      .choices({"auto", "gloo", "nccl"}).default_value(node("auto"));
+  s.add("dist.bucket_mb", Type::kDouble, "gradient all-reduce bucket size, MiB").min(0.001).default_value(node(25.0));
+  s.add("dist.timeout_s", Type::kDouble, "longest wait for the other ranks (rendezvous, every collective) before failing")
+      .min(1).default_value(node(300.0));
   // train
   s.add("train.epochs", Type::kInt, "passes over the training data").min(1).default_value(node(1));
   s.add("train.max_steps", Type::kInt, "stop after this many optimizer steps (0: no limit)").min(0).default_value(node(0));

@@ -32,7 +32,7 @@ Sampler::Sampler(std::int64_t dataset_size, SamplerOptions options) : n_(dataset
     BELLOWS_CHECK_CONFIG(total > 0, "every sample weight is zero", "give at least one sample a positive weight");
     BELLOWS_CHECK_CONFIG(o.num_samples >= 0, fmt::format("num_samples is {}", o.num_samples), "use 0 (dataset size) or more");
   }
-  BELLOWS_CHECK_DATA(samples_per_epoch() >= 1,
+  BELLOWS_CHECK_DATA(samples_per_epoch() >= 1 || o.uneven,
                      fmt::format("{} samples leave nothing for rank {} of {} with drop_uneven", n_, o.rank, o.world_size),
                      "use more data, fewer ranks, or padding (drop_uneven: false)");
 }
@@ -40,6 +40,7 @@ Sampler::Sampler(std::int64_t dataset_size, SamplerOptions options) : n_(dataset
 std::int64_t Sampler::samples_per_epoch() const {
   const std::int64_t total = options_.kind == "weighted" && options_.num_samples > 0 ? options_.num_samples : n_;
   const std::int64_t w = options_.world_size;
+  if (options_.uneven) return (total - options_.rank + w - 1) / w;  // positions rank, rank + w, ... below total
   return options_.drop_uneven ? total / w : (total + w - 1) / w;
 }
 
@@ -79,6 +80,8 @@ StateDict Sampler::state_dict() const {
 void Sampler::check_compatible(const StateDict& state) const {
   const StateDict mine = state_dict();
   for (const auto& [key, value] : mine) {
+    // Ranks of one world step in lockstep: a position saved by rank 0 is every rank's position.
+    if (key == "rank") continue;
     const std::int64_t saved = get_int(state, key);
     const std::int64_t now = value.item<std::int64_t>();
     BELLOWS_CHECK_DATA(saved == now,

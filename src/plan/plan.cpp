@@ -136,7 +136,24 @@ void resolve_allocator(const PlanRequest& req, const hw::HardwareInfo& hw, Plan&
 
 Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   Plan plan;
+  BELLOWS_CHECK_CONFIG(req.local_world_size >= 1 && req.local_rank >= 0 && req.local_rank < req.local_world_size,
+                       fmt::format("local rank {} of {} processes on this node", req.local_rank, req.local_world_size),
+                       "check the launcher's LOCAL_RANK / LOCAL_WORLD_SIZE");
   resolve_device(req, hw, plan);
+  if (plan.device.is_cuda() && req.local_world_size > 1 && req.device.find(':') == std::string::npos) {
+    // One GPU per process of a data-parallel job: cuda:<local rank>.
+    BELLOWS_CHECK_RESOURCE(req.local_rank < static_cast<int>(hw.cuda.gpus.size()),
+                           fmt::format("local rank {} of {} processes on this node, but it has {} usable GPU(s)", req.local_rank,
+                                       req.local_world_size, hw.cuda.gpus.size()),
+                           "start at most one process per GPU on each node (bellows launch -n <GPUs>)");
+    plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(req.local_rank));
+    for (auto& e : plan.entries) {
+      if (e.key == "device") {
+        e.value = plan.device.str();
+        e.reason += fmt::format("; one GPU per process: local rank {} of {}", req.local_rank, req.local_world_size);
+      }
+    }
+  }
   resolve_precision(req, hw, plan);
 
   BELLOWS_CHECK_CONFIG(req.threads >= 0, fmt::format("threads is {}, expected >= 0 (0: auto)", req.threads), "fix threads");
@@ -146,7 +163,17 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   } else {
     const auto* rec = find_rec(hw, "threads.intra_op");
     plan.threads = rec ? std::max(1, std::stoi(rec->value)) : 1;
-    plan.entries.push_back({"threads", std::to_string(plan.threads), rec ? rec->reason : "default"});
+    std::string reason = rec ? rec->reason : "default";
+    if (req.share_node_cores && req.local_world_size > 1) {
+      const int all = plan.threads;
+      plan.threads = std::max(1, all / req.local_world_size);
+      reason = fmt::format("{}, shared by the {} processes of this node ({} / {})", reason, req.local_world_size, all, req.local_world_size);
+    }
+    if (req.cores_per_process > 0 && req.cores_per_process < plan.threads) {
+      plan.threads = req.cores_per_process;
+      reason = fmt::format("{}; the launcher gives this process {} CPU(s)", reason, req.cores_per_process);
+    }
+    plan.entries.push_back({"threads", std::to_string(plan.threads), reason});
   }
 
   plan.deterministic = req.deterministic;

@@ -92,6 +92,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   BELLOWS_CHECK_CONFIG(!options_.eval_with_ema || options_.ema.has_value(), "eval_with_ema is set but EMA is off",
                        "enable ema or unset eval_with_ema");
 
+  if (!options_.strategy) options_.strategy = std::make_shared<dist::SingleDevice>();
   model_->to(options_.device);
   if (options_.channels_last) {
     torch::NoGradGuard no_grad;
@@ -145,10 +146,17 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   r.samples_per_s = w.samples / std::max(t - w.start_s, 1e-9);
   r.step_time_ms = 1000.0 * (t - w.start_s) / std::max<std::int64_t>(w.optimizer_calls, 1);
   r.lr = optimizer_->lr();
-  const double n = static_cast<double>(w.micro_batches);
-  // --- the window's one synchronisation: its sums and skip count come back from the device ---
-  r.values.emplace_back("loss", w.loss_sum.item<double>() / n);
-  for (const auto& [name, sum] : w.metric_sums) r.values.emplace_back(name, sum.item<double>() / n);
+  dist::Strategy& strategy = *options_.strategy;
+  const double n = static_cast<double>(w.micro_batches) * strategy.world_size();
+  // --- the window's one synchronisation: its sums (over every rank) and skip count come back from the device ---
+  std::vector<at::Tensor> parts{w.loss_sum.to(at::kDouble).reshape({1})};
+  for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum.to(at::kDouble).reshape({1}));
+  std::vector<at::Tensor> packed{at::cat(parts)};
+  strategy.all_reduce_sum(packed);
+  const at::Tensor sums = packed[0].cpu();
+  const double* sum = sums.data_ptr<double>();
+  r.values.emplace_back("loss", sum[0] / n);
+  for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
   r.values.emplace_back("grad_norm", norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
   const std::int64_t skipped = precision_->skipped_steps();
@@ -196,9 +204,17 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
   }
   if (options_.eval_with_ema) ema_->swap();
   if (was_training) model_->train();
-  BELLOWS_CHECK_DATA(weight > 0, "the validation data produced no batches", "check the validation split and batch size");
-  std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum.item<double>() / weight}};
-  for (const auto& [name, sum] : metric_sums) values.emplace_back(name, sum.defined() ? sum.item<double>() / weight : 0.0);
+  // Every rank evaluated its own share: the sums and the weight are added up over ranks (one collective).
+  const auto on_device = at::TensorOptions().dtype(at::kDouble).device(options_.device);
+  std::vector<at::Tensor> parts{at::full({1}, weight, on_device), loss_sum.defined() ? loss_sum.reshape({1}) : at::zeros({1}, on_device)};
+  for (const auto& [name, sum] : metric_sums) parts.push_back(sum.defined() ? sum.reshape({1}) : at::zeros({1}, on_device));
+  std::vector<at::Tensor> packed{at::cat(parts)};
+  options_.strategy->all_reduce_sum(packed);
+  const at::Tensor sums = packed[0].cpu();
+  const double* total = sums.data_ptr<double>();
+  BELLOWS_CHECK_DATA(total[0] > 0, "the validation data produced no batches", "check the validation split and batch size");
+  std::vector<std::pair<std::string, double>> values = {{"loss", total[1] / total[0]}};
+  for (std::size_t i = 0; i < metric_sums.size(); ++i) values.emplace_back(metric_sums[i].first, total[i + 2] / total[0]);
   return values;
 }
 
@@ -233,6 +249,9 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
   FitResult result;
   const std::vector<at::Tensor> params = optimizer_->parameters();
+  dist::Strategy& strategy = *options_.strategy;
+  strategy.setup(*model_, params);  // replicas equal (rank 0's weights), gradient communication attached
+  const std::int64_t world = strategy.world_size();
   const std::string monitor = task_->monitor();
   Window window;
   obs::StepProfiler profiler(options_.profile);
@@ -268,11 +287,14 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
           // samples give the gradient of one batch of k*b samples.
           RECORD_USER_SCOPE("bellows::backward");
-          precision_->scale_loss(out.loss / static_cast<double>(micro)).backward();
+          // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
+          std::optional<dist::Strategy::NoSync> local;
+          if (i + 1 < micro) local.emplace(strategy.no_sync());
+          strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro)));
         }
         window.add(out);
-        window.samples += b.size;
-        samples_ += b.size;
+        window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
+        samples_ += b.size * world;
         ++batches_in_epoch_;
       }
 
@@ -281,6 +303,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       // obey, and the host learns of a skip at the next logging boundary (emit_step).
       {
         RECORD_USER_SCOPE("bellows::optimizer");
+        strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
         precision_->unscale(params);
         const at::Tensor grad_norm = clip_gradients(params);
         optimizer_->set_lr(schedule_->lr(step_));
@@ -306,13 +329,21 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         run_eval(*val, result, monitor);
       }
       if (step_ >= planned) done = true;
-      if (options_.stop_flag && options_.stop_flag->load()) {
+      const auto& co = options_.checkpoint;
+      bool stop = options_.stop_flag && options_.stop_flag->load();
+      bool by_time = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes;
+      if (world > 1) {
+        // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at this step.
+        std::vector<at::Tensor> flags{at::tensor({stop ? 1.0f : 0.0f, by_time ? 1.0f : 0.0f})};
+        strategy.all_reduce_sum(flags);
+        stop = flags[0][0].item<float>() > 0;
+        by_time = flags[0][1].item<float>() > 0;
+      }
+      if (stop) {
         result.interrupted = done = true;
-        if (!options_.checkpoint.dir.empty() && options_.checkpoint.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
-      } else if (!options_.checkpoint.dir.empty() && !done) {
-        const auto& co = options_.checkpoint;
+        if (!co.dir.empty() && co.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
+      } else if (!co.dir.empty() && !done) {
         const bool by_steps = co.every_n_steps > 0 && step_ % co.every_n_steps == 0;
-        const bool by_time = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes;
         if (by_steps || by_time) result.checkpoint = save_checkpoint(train, by_steps ? "every_n_steps" : "every_n_minutes");
       }
     }
@@ -431,6 +462,19 @@ void Trainer::load_state_dict(const StateDict& state) {
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
   BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
+  dist::Strategy& strategy = *options_.strategy;
+  if (strategy.world_size() > 1) {
+    // Replicas are equal: rank 0 writes (and waits for the files); the barrier lets no rank go on, or exit, before
+    // the checkpoint is complete.
+    std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
+    if (strategy.is_main()) path = write_checkpoint(train, reason, /*wait=*/true);
+    strategy.barrier();
+    return path;
+  }
+  return write_checkpoint(train, reason, wait);
+}
+
+std::filesystem::path Trainer::write_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
   finish_checkpoint_write();  // one write at a time; a failed one raises here
   const double start_s = now_s();
   // --- on the training thread: the host copy of everything (the only part the step waits for) ---

@@ -20,5 +20,7 @@ Action register_bench(CLI::App& app);
 Action register_ckpt(CLI::App& app);
 Action register_predict(CLI::App& app);
 Action register_cv(CLI::App& app);
+Action register_launch(CLI::App& app);
+Action register_slurm(CLI::App& app);
 
 }  // namespace bellows::cli

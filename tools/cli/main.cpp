@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
   app.footer("Exit codes: 0 ok, 1 failure, 2 usage or configuration error, 3 input data error, "
              "4 resource error, 5 interrupted after a clean checkpoint, 130 interrupted without a checkpoint.");
   std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app), register_bench(app),
-                                 register_ckpt(app),   register_predict(app), register_cv(app)};
+                                 register_ckpt(app),   register_predict(app), register_cv(app), register_launch(app), register_slurm(app)};
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
 
   try {
@@ -76,7 +76,9 @@ int run(int argc, char** argv) {
   }
 
   CLI::App* selected = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
-  if (!app.remaining().empty()) return unknown_argument(app, selected, app.remaining().front());
+  // A subcommand that takes a command line of its own (launch -- train ...) gets what follows "--" too.
+  const bool takes_rest = selected && selected->get_name() == "launch";
+  if (!app.remaining().empty() && !takes_rest) return unknown_argument(app, selected, app.remaining().front());
   // Subcommands that take free-form arguments (train, config show) read their own remaining arguments.
   if (selected && !selected->get_prefix_command() && !selected->remaining().empty()) {
     return unknown_argument(app, selected, selected->remaining().front());

@@ -38,6 +38,8 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
 // Datasets, samplers and loaders on the plan's device; evaluation loads in order, without augmentation.
 // `stream`: the buffer a program pushes into (data.source: stream). With planned workers (data.workers: -1) the
 // cost of a batch is measured and the plan's workers revised (plan::refine_workers) before the loaders exist.
-Loaders make_loaders(const config::Config& config, plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr);
+// `rank`/`world_size`: this process's share of the data in data-parallel training (dist/).
+Loaders make_loaders(const config::Config& config, plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr,
+                     int rank = 0, int world_size = 1);
 
 }  // namespace bellows::app

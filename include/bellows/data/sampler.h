@@ -1,7 +1,8 @@
 // Which samples an epoch visits, in which order, on this rank. Sequential, shuffled (a permutation seeded by
 // seed and epoch) or weighted (drawn by weight, with replacement); sharded by rank for data parallel training
 // the way torch's DistributedSampler does it: the epoch's order is padded by wrapping around to a multiple
-// of world_size, and rank r takes positions r, r + world_size, ... (`drop_uneven` trims instead of padding).
+// of world_size, and rank r takes positions r, r + world_size, ... (`drop_uneven` trims instead of padding,
+// `uneven` does neither: every sample once, for evaluation).
 // An epoch's order is a pure function of (options, dataset size, epoch): the RNG state of an epoch is its
 // seed, so a position saved as (epoch, index) resumes on exactly the next sample.
 #pragma once
@@ -22,6 +23,7 @@ struct SamplerOptions {
   std::int64_t rank = 0;
   std::int64_t world_size = 1;
   bool drop_uneven = false;           // sharding: drop the tail instead of padding by wrap-around
+  bool uneven = false;                // sharding: neither pad nor drop, ranks may differ by one sample (evaluation)
 };
 
 class Sampler {

@@ -21,6 +21,10 @@ struct PlanRequest {
   std::string pin_memory = "auto";       // auto | true | false
   std::int64_t workers = -1;             // data loading threads; -1: auto
   std::string cpu_allocator = "auto";    // auto | retain | system (glibc's trimming left as it is)
+  int local_rank = 0;                    // data parallel: this process among the job's processes on this node
+  int local_world_size = 1;              // one GPU each (cuda:<local rank>)
+  bool share_node_cores = false;         // auto threads: the usable cores split between the node's processes
+  int cores_per_process = 0;             // auto threads: at most this many (the launcher's, e.g. SLURM_CPUS_PER_TASK)
 };
 
 struct PlanEntry {

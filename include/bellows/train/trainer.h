@@ -14,6 +14,7 @@
 
 #include "bellows/ckpt/checkpoint.h"         // defines: Checkpoint
 #include "bellows/data/source.h"            // defines: BatchSource
+#include "bellows/dist/strategy.h"          // defines: Strategy
 #include "bellows/models/task.h"            // defines: Task
 #include "bellows/obs/profile.h"            // defines: ProfileOptions
 #include "bellows/obs/sink.h"               // defines: Sink
@@ -49,6 +50,10 @@ struct TrainerOptions {
   CheckpointOptions checkpoint;                // dir empty: no checkpoints
   obs::ProfileOptions profile;                 // a Chrome trace of chosen steps (off by default)
   nlohmann::json checkpoint_info = nlohmann::json::object();  // stored in each manifest (config, plan)
+  // How replicas meet (dist/): null is dist::SingleDevice. With several ranks, every rank runs fit() in
+  // lockstep; records, evaluation results and samples are global (summed over ranks), rank 0 alone writes
+  // checkpoints, and every rank leaves save_checkpoint() once the checkpoint is complete.
+  std::shared_ptr<dist::Strategy> strategy;
 };
 
 class Trainer {
@@ -66,6 +71,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   precision::Precision& precision() { return *precision_; }
   Ema* ema() { return ema_.get(); }
+  dist::Strategy& strategy() { return *options_.strategy; }
   const std::vector<std::string>& frozen() const { return frozen_; }
 
   // The peak tensor memory of one training step on `batch` (forward and backward, no optimizer step) above
@@ -96,6 +102,7 @@ class Trainer {
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
+  std::filesystem::path write_checkpoint(data::BatchSource& train, const std::string& reason, bool wait);  // this rank's
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;

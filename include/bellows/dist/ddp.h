@@ -1,0 +1,71 @@
+// Data-parallel training over c10d, PyTorch's own distributed engine: one process per device, ranks meet
+// through a TCPStore at the master address, gradients are averaged with all-reduce on a ProcessGroupGloo
+// (CPU tensors) or ProcessGroupNCCL (CUDA tensors).
+//
+// Gradient communication is bellows' own bucketing, not c10d's Reducer (whose constructor and per-iteration
+// protocol are Python DDP's internals). Trainable parameters are grouped, last registered first (roughly the
+// order backward produces their gradients), into buckets of at most `bucket_mb` per dtype and device. A hook
+// on each parameter's gradient accumulator marks it ready; when every gradient of a bucket is ready, its
+// gradients are copied into the bucket's flat buffer and an asynchronous all-reduce is launched, so
+// communication overlaps the rest of backward. Buckets are launched strictly in index order on every rank (a
+// bucket whose gradients are ready early waits for the buckets before it), which keeps the collectives of all
+// ranks in the same order even when ranks leave different parameters unused. finish_gradients() launches
+// what is left (a parameter with no gradient contributes zeros), waits, divides by the world size and makes
+// each parameter's .grad a view of its bucket.
+//
+// Inside Strategy::no_sync() the hooks do nothing: gradients accumulate locally, and the last micro-step's
+// backward communicates the sum. Every wait is bounded by `timeout_s`: a rank that died or hangs makes the
+// others fail with an error naming the operation and the rank, instead of hanging.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "bellows/dist/environment.h"  // defines: ProcessInfo
+#include "bellows/dist/strategy.h"     // defines: Strategy
+
+namespace bellows::dist {
+
+struct DdpOptions {
+  std::string backend = "gloo";  // gloo (CPU tensors) | nccl (CUDA tensors)
+  double bucket_mb = 25;         // gradient bucket capacity, MiB
+  double timeout_s = 300;        // rendezvous and every collective
+  std::string config_hash;       // compared at the rendezvous when not empty: ranks with different configs stop
+};
+
+class Ddp final : public Strategy {
+ public:
+  // Joins the job described by `info` (dist/environment.h): rank 0 listens at master_addr:master_port. kResource
+  // errors name the address, the port and the ranks that did not arrive; kConfig names a config that differs
+  // between ranks.
+  Ddp(const ProcessInfo& info, DdpOptions options);
+  ~Ddp() override;
+  Ddp(const Ddp&) = delete;
+  Ddp& operator=(const Ddp&) = delete;
+
+  std::string name() const override { return "ddp"; }
+  int rank() const override;
+  int world_size() const override;
+  int local_rank() const override;
+  std::string describe() const override;
+
+  void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
+  void finish_gradients() override;
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) override;
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override;
+  void barrier() override;
+
+  // Counters of the last finish_gradients(): buckets, and how many were launched from backward's hooks (the
+  // rest were launched by finish_gradients itself, after backward).
+  struct Stats {
+    std::size_t buckets = 0;
+    std::size_t launched_in_backward = 0;
+  };
+  Stats last_stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bellows::dist

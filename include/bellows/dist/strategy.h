@@ -1,0 +1,75 @@
+// How the replicas of a model meet: the Trainer's one seam for everything that depends on the number of
+// processes. `SingleDevice` (one process) is always built and is what every single-process run goes
+// through; `Ddp` (dist/ddp.h) is data parallel over c10d. The training loop never branches on the world size:
+// it calls backward() (inside no_sync() for accumulation micro-steps), finish_gradients() before the optimizer,
+// all_reduce_sum() for meters, and writes files only where is_main().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace bellows::dist {
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  virtual std::string name() const = 0;  // "single" | "ddp"
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  virtual int local_rank() const { return 0; }
+  bool is_main() const { return rank() == 0; }
+  // One line for the plan table and logs: world size, backend, bucket size.
+  virtual std::string describe() const = 0;
+
+  // Before the first step, after the model is on its device and loaded: replicas made equal (rank 0's
+  // parameters and buffers), gradient communication attached to `params` (the trainable ones). Again after a
+  // resume or any change of the parameter tensors.
+  virtual void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {}
+
+  // Backward of a (precision-scaled) loss. Inside a NoSync scope gradients only accumulate locally.
+  virtual void backward(const at::Tensor& loss) { loss.backward(); }
+  // Gradients of every rank combined (the mean); call after the last micro-step's backward, before unscaling,
+  // clipping and the optimizer. A no-op for one process.
+  virtual void finish_gradients() {}
+
+  // In place, summed over ranks (meters, evaluation sums, counts).
+  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) {}
+  virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) {}
+  virtual void barrier() {}
+
+  // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
+  class NoSync {
+   public:
+    explicit NoSync(Strategy& s) : s_(&s), before_(s.sync_) { s.sync_ = false; }
+    NoSync(NoSync&& other) noexcept : s_(other.s_), before_(other.before_) { other.s_ = nullptr; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync() {
+      if (s_) s_->sync_ = before_;
+    }
+
+   private:
+    Strategy* s_;
+    bool before_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+  bool syncing() const { return sync_; }
+
+ private:
+  bool sync_ = true;
+};
+
+// One process, one device: nothing to communicate.
+class SingleDevice final : public Strategy {
+ public:
+  std::string name() const override { return "single"; }
+  std::string describe() const override { return "one process"; }
+};
+
+}  // namespace bellows::dist

@@ -1,0 +1,25 @@
+// NCCL process groups for CUDA tensors; see backend.h.
+#define USE_C10D_NCCL 1  // c10d's NCCL header is wrapped in it (TorchConfig.cmake does not export the define)
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "bellows/util/check.h"
+#include "dist/backend.h"
+
+namespace bellows::dist {
+
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                                    std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what.resize(std::min(what.find('\n'), what.size()));
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("rank {} of {}: the NCCL process group could not start: {}", rank, world_size, what),
+                 "check that every rank has its own GPU (device cuda:<local rank>) and that NCCL can reach the other nodes");
+  }
+}
+
+}  // namespace bellows::dist

@@ -1,0 +1,305 @@
+// Data parallel over c10d; see ddp.h.
+#include "bellows/dist/ddp.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "bellows/util/check.h"
+#include "dist/backend.h"
+
+namespace bellows::dist {
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)); }
+
+// The first line of a c10d/Gloo error: enough to name the failure without its C++ stack.
+std::string first_line(const std::exception& e) {
+  std::string what = e.what();
+  if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+  return what;
+}
+
+// Returns once a TCP connection to addr:port succeeds, or after timeout_s (TCPStore then reports the failure).
+void wait_until_listening(const std::string& addr, int port, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  while (std::chrono::steady_clock::now() < deadline) {
+    addrinfo* found = nullptr;
+    if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      bool connected = false;
+      for (addrinfo* a = found; a != nullptr && !connected; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        close(fd);
+      }
+      freeaddrinfo(found);
+      if (connected) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+struct Ddp::Impl {
+  ProcessInfo info;
+  DdpOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> group;
+
+  struct Bucket {
+    std::vector<std::size_t> members;  // indices into params
+    at::Tensor flat;
+    std::vector<at::Tensor> views;     // one per member, shaped like its parameter
+    std::size_t ready = 0;
+    bool launched = false;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  std::vector<at::Tensor> params;
+  std::vector<std::size_t> bucket_of, slot_of;
+  std::vector<char> ready;
+  std::vector<Bucket> buckets;
+  std::size_t next_launch = 0;
+  std::size_t launched_in_backward = 0;  // in the current backward
+  Stats last;
+  std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, std::uintptr_t>> hooks;
+
+  std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
+
+  // Waits for a collective; a failure or a timeout becomes an error naming the operation and this rank.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+    try {
+      work->wait(to_ms(options.timeout_s));
+    } catch (const std::exception& e) {
+      BELLOWS_FAIL(ErrorKind::kResource,
+                   fmt::format("{}: {} failed: {} (another rank stopped, crashed or hangs; dist.timeout_s is {})", where(), what,
+                               first_line(e), options.timeout_s),
+                   "look for the first rank that reported an error; the last complete checkpoint stays valid");
+    }
+  }
+
+  void launch(Bucket& b) {
+    for (std::size_t k = 0; k < b.members.size(); ++k) {
+      const at::Tensor& grad = params[b.members[k]].grad();
+      at::Tensor& view = b.views[k];
+      if (!grad.defined()) view.zero_();           // unused in this step on this rank: contributes nothing
+      else if (!grad.is_same(view)) view.copy_(grad);  // accumulated in place into the view already otherwise
+    }
+    std::vector<at::Tensor> tensors{b.flat};
+    b.work = group->allreduce(tensors);
+    b.launched = true;
+  }
+
+  void on_gradient(std::size_t i) {
+    if (ready[i]) return;
+    ready[i] = 1;
+    Bucket& b = buckets[bucket_of[i]];
+    ++b.ready;
+    // In index order only: every rank issues the same collectives in the same order.
+    while (next_launch < buckets.size() && buckets[next_launch].ready == buckets[next_launch].members.size()) {
+      launch(buckets[next_launch++]);
+      ++launched_in_backward;
+    }
+  }
+
+  void remove_hooks() {
+    for (auto& [node, key] : hooks) node->del_post_hook(key);
+    hooks.clear();
+  }
+};
+
+Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.info = info;
+  m.options = std::move(options);
+  BELLOWS_CHECK_CONFIG(m.options.bucket_mb > 0, fmt::format("dist.bucket_mb is {}, expected > 0", m.options.bucket_mb),
+                       "set dist.bucket_mb (PyTorch's DDP uses 25)");
+  BELLOWS_CHECK_CONFIG(m.options.timeout_s > 0, fmt::format("dist.timeout_s is {}, expected > 0", m.options.timeout_s),
+                       "set dist.timeout_s to the longest a rank may wait for the others");
+  // --- rendezvous: rank 0 serves the store, every rank connects; the server waits for all of them ---
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(info.master_port);
+  so.isServer = info.rank == 0;
+  so.numWorkers = static_cast<std::size_t>(info.world_size);
+  so.waitWorkers = true;
+  so.timeout = to_ms(m.options.timeout_s);
+  const std::string at = fmt::format("{}:{}", info.master_addr, info.master_port);
+  // A rank that starts before rank 0 listens: TCPStore's client backs off for up to ~30 s after a refused
+  // connection, so wait here until the port accepts, polling every 50 ms.
+  if (info.rank != 0) wait_until_listening(info.master_addr, info.master_port, m.options.timeout_s);
+  try {
+    m.store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, so);
+  } catch (const std::exception& e) {
+    const std::string why = first_line(e);
+    if (info.rank == 0) {
+      BELLOWS_FAIL(ErrorKind::kResource,
+                   fmt::format("rank 0 of {} could not open the rendezvous at {}: {}", info.world_size, at, why),
+                   "the port may be in use (another job?): choose another one with --master-port or MASTER_PORT, and check that "
+                   "every rank was started (a missing rank makes rank 0 wait dist.timeout_s)");
+    }
+    BELLOWS_FAIL(ErrorKind::kResource,
+                 fmt::format("rank {} of {} could not join the rendezvous at {} within {} s: {}", info.rank, info.world_size, at,
+                             m.options.timeout_s, why),
+                 "check that rank 0 is running, that MASTER_ADDR/MASTER_PORT name its host and a free port, and that the nodes "
+                 "can reach each other");
+  }
+  // --- ranks started with different configs would train different things: stop them all ---
+  if (!m.options.config_hash.empty()) {
+    m.store->set(fmt::format("bellows/config/{}", info.rank), std::vector<std::uint8_t>(m.options.config_hash.begin(), m.options.config_hash.end()));
+    for (int r = 0; r < info.world_size; ++r) {
+      std::vector<std::uint8_t> theirs;
+      try {
+        theirs = m.store->get(fmt::format("bellows/config/{}", r));
+      } catch (const std::exception& e) {
+        BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: rank {} did not announce its config at {}: {}", m.where(), r, at, first_line(e)),
+                     "check that every rank was started");
+      }
+      const std::string hash(theirs.begin(), theirs.end());
+      BELLOWS_CHECK_CONFIG(hash == m.options.config_hash,
+                           fmt::format("rank {} was started with a different config than rank {} (config hashes {} and {})", r,
+                                       info.rank, hash, m.options.config_hash),
+                           "start every rank with the same config file and the same key=value overrides");
+    }
+  }
+  m.group = make_backend(m.options.backend, m.store, info.rank, info.world_size, to_ms(m.options.timeout_s));
+}
+
+Ddp::~Ddp() {
+  if (impl_) impl_->remove_hooks();
+}
+
+int Ddp::rank() const { return impl_->info.rank; }
+int Ddp::world_size() const { return impl_->info.world_size; }
+int Ddp::local_rank() const { return impl_->info.local_rank; }
+
+std::string Ddp::describe() const {
+  const Impl& m = *impl_;
+  return fmt::format("{} processes, {} ({} on this node), buckets of {:g} MiB, timeout {:g} s; rank {} via {}", m.info.world_size,
+                     m.options.backend, m.info.local_world_size, m.options.bucket_mb, m.options.timeout_s, m.info.rank, m.info.launcher);
+}
+
+void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {
+  Impl& m = *impl_;
+  m.remove_hooks();
+  // --- replicas made equal: rank 0's parameters and buffers, every tensor of the module ---
+  std::vector<at::Tensor> state;
+  for (const auto& p : model.parameters()) state.push_back(p);
+  for (const auto& b : model.buffers()) state.push_back(b);
+  {
+    torch::NoGradGuard no_grad;
+    broadcast(state, 0);
+  }
+  // --- buckets: last parameter first, split by dtype/device and capacity ---
+  m.params = params;
+  m.buckets.clear();
+  m.bucket_of.assign(params.size(), 0);
+  m.slot_of.assign(params.size(), 0);
+  m.ready.assign(params.size(), 0);
+  const auto cap = static_cast<std::int64_t>(m.options.bucket_mb * 1024 * 1024);
+  std::int64_t bytes = 0;
+  for (std::size_t n = params.size(); n-- > 0;) {
+    const at::Tensor& p = params[n];
+    BELLOWS_CHECK(p.requires_grad() && p.is_leaf(), fmt::format("parameter {} of setup() is not a trainable leaf", n),
+                  "pass the trainable parameters");
+    const std::int64_t size = p.numel() * static_cast<std::int64_t>(p.element_size());
+    const bool fresh = m.buckets.empty() || bytes + size > cap ||
+                       params[m.buckets.back().members.front()].scalar_type() != p.scalar_type() ||
+                       params[m.buckets.back().members.front()].device() != p.device();
+    if (fresh) {
+      m.buckets.emplace_back();
+      bytes = 0;
+    }
+    m.bucket_of[n] = m.buckets.size() - 1;
+    m.slot_of[n] = m.buckets.back().members.size();
+    m.buckets.back().members.push_back(n);
+    bytes += size;
+  }
+  for (auto& b : m.buckets) {
+    std::int64_t total = 0;
+    for (const std::size_t n : b.members) total += params[n].numel();
+    const at::Tensor& first = params[b.members.front()];
+    b.flat = at::zeros({total}, first.options().requires_grad(false));
+    std::int64_t offset = 0;
+    for (const std::size_t n : b.members) {
+      const at::Tensor& p = params[n];
+      // The view keeps the parameter's memory format (channels_last weights stay channels_last).
+      b.views.push_back(b.flat.narrow(0, offset, p.numel()).as_strided(p.sizes(), p.strides()));
+      BELLOWS_CHECK(p.is_non_overlapping_and_dense(), fmt::format("parameter {} of setup() is not dense", n),
+                    "report this bug");
+      offset += p.numel();
+    }
+  }
+  // --- a hook on every gradient accumulator ---
+  for (std::size_t n = 0; n < params.size(); ++n) {
+    auto node = torch::autograd::impl::grad_accumulator(params[n]);
+    BELLOWS_CHECK(node, "a trainable parameter has no gradient accumulator", "report this bug");
+    Ddp* self = this;
+    const std::uintptr_t key = node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [self, n](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (self->syncing()) self->impl_->on_gradient(n);
+          return outputs;
+        }));
+    m.hooks.emplace_back(std::move(node), key);
+  }
+  m.launched_in_backward = 0;
+  m.last = {};
+}
+
+void Ddp::finish_gradients() {
+  Impl& m = *impl_;
+  const std::size_t in_backward = m.launched_in_backward;
+  while (m.next_launch < m.buckets.size()) m.launch(m.buckets[m.next_launch++]);
+  const double world = static_cast<double>(m.info.world_size);
+  for (auto& b : m.buckets) {
+    m.wait(b.work, "gradient all-reduce");
+    b.flat.div_(world);
+    for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
+    b.ready = 0;
+    b.launched = false;
+    b.work.reset();
+  }
+  std::fill(m.ready.begin(), m.ready.end(), 0);
+  m.next_launch = 0;
+  m.launched_in_backward = 0;
+  m.last = {m.buckets.size(), in_backward};
+}
+
+Ddp::Stats Ddp::last_stats() const { return impl_->last; }
+
+void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors) {
+  for (auto& t : tensors) {
+    at::Tensor c = t.contiguous();
+    std::vector<at::Tensor> one{c};
+    impl_->wait(impl_->group->allreduce(one), "all-reduce of meters");
+    if (!c.is_same(t)) t.copy_(c);
+  }
+}
+
+void Ddp::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  for (auto& t : tensors) {
+    at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+    std::vector<at::Tensor> one{c};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    impl_->wait(impl_->group->broadcast(one, o), fmt::format("broadcast from rank {}", root));
+    if (!c.is_same(t)) t.copy_(c);
+  }
+}
+
+void Ddp::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
+
+}  // namespace bellows::dist

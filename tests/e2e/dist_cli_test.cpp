@@ -1,0 +1,258 @@
+// Data-parallel training end to end: `bellows launch -n 2 -- train` reaches the parameters and the evaluation
+// one process reaches with twice the batch (fp32, with accumulation and clipping; fp16-mixed with a sample
+// that overflows on one rank, which both skip), and a rank killed with SIGKILL makes the survivor exit with
+// an error naming it within seconds.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "bellows/ckpt/safetensors.h"
+#include "run_cli.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using bellows::testing::CliResult;
+using bellows::testing::run_cli;
+using ::testing::HasSubstr;
+
+// 96 rows of 4 features and y = sum of features; `poison`: a row whose first feature overflows fp16.
+fs::path dist_write_csv(const fs::path& dir, int poison = -1) {
+  std::string s = "f0,f1,f2,f3,y\n";
+  for (int r = 0; r < 96; ++r) {
+    double y = 0;
+    for (int f = 0; f < 4; ++f) {
+      const double v = r == poison && f == 0 ? 1e6 : ((r * 31 + f * 17) % 23) / 23.0 - 0.5;
+      y += v;
+      s += fmt::format("{},", v);
+    }
+    s += fmt::format("{}\n", y);
+  }
+  std::ofstream(dir / "data.csv") << s;
+  return dir / "data.csv";
+}
+
+std::string dist_args(const fs::path& csv, const fs::path& out, const std::string& name, int batch, const std::string& extra) {
+  return fmt::format("train output_dir={} name={} data.source=csv data.path={} data.csv.targets=[y] data.batch_size={} "
+                     "data.val_fraction=0.25 model.name=mlp model.in_features=4 model.hidden=[16] model.out_features=1 "
+                     "train.epochs=20 train.max_steps=12 train.log_every_n_steps=4 train.eval_every_n_steps=6 checkpoint.at_end=true "
+                     "threads=1 data.workers=0 {}",
+                     out.string(), name, csv.string(), batch, extra);
+}
+
+// The newest checkpoint's weights (step-XXXXXXXXX names sort by step).
+std::map<std::string, at::Tensor> dist_final_weights(const fs::path& run) {
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints")) {
+    if (fs::exists(e.path() / "model.safetensors") && e.path().filename() > newest.filename()) newest = e.path();
+  }
+  if (newest.empty()) {
+    ADD_FAILURE() << "no checkpoint in " << run;
+    return {};
+  }
+  return bellows::ckpt::read_safetensors(newest / "model.safetensors");
+}
+
+std::vector<nlohmann::json> dist_records(const fs::path& run, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("type", "") == type) out.push_back(j);
+  }
+  return out;
+}
+
+double dist_max_relative_difference(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, t] : a) {
+    const at::Tensor& u = b.at(name);
+    worst = std::max(worst, ((t - u).abs().max() / (u.abs().max() + 1e-12)).item<double>());
+  }
+  return worst;
+}
+
+// Two ranks of batch 8 against one process of batch 16, from the same seed.
+void expect_same_training(const std::string& extra, double tolerance, int poison = -1) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist");
+  const fs::path csv = dist_write_csv(dir, poison);
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const CliResult two = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + dist_args(csv, dir, "two", 8, extra));
+  ASSERT_EQ(two.code, 0) << two.out << two.err;
+  const CliResult one = run_cli(dist_args(csv, dir, "one", 16, extra));
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  EXPECT_THAT(two.out, HasSubstr("strategy         ddp"));
+  EXPECT_THAT(two.out, HasSubstr("= 2 ranks x 8"));  // the global batch
+  EXPECT_LE(dist_max_relative_difference(dist_final_weights(dir / "two"), dist_final_weights(dir / "one")), tolerance) << extra;
+  // Records and evaluations are global: the same loss as one process's, to float rounding.
+  const auto t2 = dist_records(dir / "two", "train"), t1 = dist_records(dir / "one", "train");
+  ASSERT_EQ(t2.size(), t1.size());
+  for (std::size_t i = 0; i < t1.size(); ++i) {
+    // A window holding the overflowing sample has a non-finite mean loss (null in JSON) in both runs.
+    ASSERT_EQ(t2[i]["loss"].is_number(), t1[i]["loss"].is_number()) << t2[i].dump() << "\n" << t1[i].dump();
+    if (!t1[i]["loss"].is_number()) continue;
+    EXPECT_NEAR(t2[i]["loss"].get<double>(), t1[i]["loss"].get<double>(), 10 * tolerance * std::abs(t1[i]["loss"].get<double>()));
+    EXPECT_EQ(t2[i].value("skipped_steps", 0.0), t1[i].value("skipped_steps", 0.0));
+  }
+  const auto e2 = dist_records(dir / "two", "eval"), e1 = dist_records(dir / "one", "eval");
+  ASSERT_EQ(e2.size(), e1.size());
+  ASSERT_FALSE(e1.empty());
+  EXPECT_NEAR(e2.back()["loss"].get<double>(), e1.back()["loss"].get<double>(), 10 * tolerance * std::abs(e1.back()["loss"].get<double>()));
+  if (poison >= 0) {
+    // The overflowing sample is in rank 1's first batch; both ranks skipped that step, as one process did.
+    EXPECT_GE(t2.front().value("skipped_steps", 0.0), 1.0) << t2.front().dump();
+  }
+}
+
+TEST(DistCli, TwoRanksTrainLikeOneProcessWithTwiceTheBatch) { expect_same_training("precision=fp32 data.shuffle=true", 1e-5); }
+
+TEST(DistCli, AccumulationAndClippingToo) {
+  expect_same_training("precision=fp32 train.accumulation_steps=2 train.clip_max_norm=0.05", 1e-5);
+}
+
+TEST(DistCli, Fp16OverflowOnOneRankIsSkippedByBoth) {
+  // Row 1 (sequential order) lands in rank 1's first batch; its 1e6 overflows fp16 in the first matmul.
+  expect_same_training("precision=fp16-mixed data.shuffle=false", 1e-3, /*poison=*/1);
+}
+
+// Two "nodes": network namespaces joined by a veth pair (iproute2), one rank in each, started by
+// `bellows launch --nnodes 2 --node-rank 0|1`; Gloo talks over the veth (GLOO_SOCKET_IFNAME).
+TEST(DistCli, TwoNodesOverAVethPairTrainLikeOneProcess) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_nodes");
+  const std::string probe = fmt::format("bwp{}", getpid());
+  if (std::system(("ip netns add " + probe + " >/dev/null 2>&1 && ip netns del " + probe).c_str()) != 0) {
+    GTEST_SKIP() << "network namespaces cannot be created here (needs iproute2 and CAP_SYS_ADMIN): the two-node test does not run";
+  }
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 29) % 20000);
+  const std::string train = dist_args(csv, dir, "two", 8, "precision=fp32");
+  const std::string script = fmt::format(R"(set -e
+cd '{dir}'
+a=bwa$$; b=bwb$$
+ip netns add $a; ip netns add $b
+trap 'ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null' EXIT
+ip link add va$$ type veth peer name vb$$
+ip link set va$$ netns $a; ip link set vb$$ netns $b
+ip -n $a addr add 10.77.0.1/24 dev va$$; ip -n $b addr add 10.77.0.2/24 dev vb$$
+ip -n $a link set lo up; ip -n $b link set lo up; ip -n $a link set va$$ up; ip -n $b link set vb$$ up
+launch="--nnodes 2 --master-addr 10.77.0.1 --master-port {port}"
+GLOO_SOCKET_IFNAME=va$$ ip netns exec $a '{cli}' launch -n 1 $launch --node-rank 0 -- {train} >node0.out 2>node0.err & p0=$!
+GLOO_SOCKET_IFNAME=vb$$ ip netns exec $b '{cli}' launch -n 1 $launch --node-rank 1 -- {train} >node1.out 2>node1.err & p1=$!
+set +e
+wait $p0; r0=$?; wait $p1; r1=$?
+echo "$r0 $r1" > codes
+)",
+                                        fmt::arg("dir", dir.string()), fmt::arg("port", port), fmt::arg("cli", BELLOWS_CLI_PATH),
+                                        fmt::arg("train", train));
+  std::ofstream(dir / "nodes.sh") << script;
+  const int status = std::system(("timeout 120 bash '" + (dir / "nodes.sh").string() + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << bellows::testing::slurp(dir / "node0.err");
+  ASSERT_EQ(bellows::testing::slurp(dir / "codes"), "0 0\n") << bellows::testing::slurp(dir / "node0.err") << bellows::testing::slurp(dir / "node1.err");
+  EXPECT_THAT(bellows::testing::slurp(dir / "node0.out"), HasSubstr("2 processes, gloo (1 on this node)"));
+  const CliResult one = run_cli(dist_args(csv, dir, "one", 16, "precision=fp32"));
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_LE(dist_max_relative_difference(dist_final_weights(dir / "two"), dist_final_weights(dir / "one")), 1e-5);
+}
+
+// `bellows train` started by srun or mpirun: two processes with only SLURM's (or Open MPI's) variables find
+// each other and train like one process with twice the batch.
+void expect_launcher_detected(const std::string& tag, const std::string& env0, const std::string& env1, const std::string& via) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_" + tag);
+  const fs::path csv = dist_write_csv(dir);
+  const std::string train = fmt::format("'{}' {}", BELLOWS_CLI_PATH, dist_args(csv, dir, "two", 8, "precision=fp32"));
+  const std::string script = fmt::format("cd '{0}'; env {1} {3} >r0.out 2>r0.err & p0=$!; env {2} {3} >r1.out 2>r1.err & p1=$!; "
+                                         "wait $p0; r0=$?; wait $p1; echo \"$r0 $?\" > codes",
+                                         dir.string(), env0, env1, train);
+  std::ofstream(dir / "run.sh") << script << "\n";
+  ASSERT_EQ(std::system(("timeout 120 bash '" + (dir / "run.sh").string() + "'").c_str()), 0);
+  ASSERT_EQ(bellows::testing::slurp(dir / "codes"), "0 0\n") << bellows::testing::slurp(dir / "r0.err") << bellows::testing::slurp(dir / "r1.err");
+  EXPECT_THAT(bellows::testing::slurp(dir / "r0.out"), HasSubstr("rank 0 via " + via));
+  const CliResult one = run_cli(dist_args(csv, dir, "one", 16, "precision=fp32"));
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_LE(dist_max_relative_difference(dist_final_weights(dir / "two"), dist_final_weights(dir / "one")), 1e-5);
+}
+
+TEST(DistCli, SrunAndMpirunEnvironmentsAreDetected) {
+  const int job = 40000 + static_cast<int>(getpid() % 9000);  // the port is 10000 + job % 10000
+  const std::string slurm = fmt::format("SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID={} SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2", job);
+  expect_launcher_detected("slurm", slurm + " SLURM_PROCID=0 SLURM_LOCALID=0", slurm + " SLURM_PROCID=1 SLURM_LOCALID=1", "slurm");
+  const std::string mpi = fmt::format("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_PORT={}", 20000 + (getpid() + 41) % 20000);
+  expect_launcher_detected("mpi", mpi + " OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0",
+                           mpi + " OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1", "openmpi");
+}
+
+TEST(DistCli, SlurmWritesASubmittableScript) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_sbatch");
+  const fs::path csv = dist_write_csv(dir);
+  std::ofstream(dir / "run.yaml") << fmt::format("name: job\noutput_dir: {}\ndata: {{source: csv, path: {}, csv: {{targets: [y]}}}}\n"
+                                                 "model: {{name: mlp, in_features: 4, hidden: [8], out_features: 1}}\n",
+                                                 (dir / "runs").string(), csv.string());
+  const CliResult r = run_cli(fmt::format("slurm {} data.batch_size=32 --nodes 2 --gpus-per-node 4 --cpus-per-node 32 --partition gpu "
+                                          "--time 04:00:00 -o {}", (dir / "run.yaml").string(), (dir / "job.sbatch").string()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sbatch " + (dir / "job.sbatch").string()));
+  const std::string s = bellows::testing::slurp(dir / "job.sbatch");
+  EXPECT_THAT(s, HasSubstr("#SBATCH --gres=gpu:4\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --cpus-per-task=8\n"));
+  EXPECT_THAT(s, HasSubstr(fmt::format("train '{}' resume=auto 'data.batch_size=32'", (dir / "run.yaml").string())));
+  EXPECT_TRUE(fs::is_directory(dir / "runs" / "job"));  // SLURM opens --output there before the script runs
+  EXPECT_EQ(std::system(("bash -n '" + (dir / "job.sbatch").string() + "'").c_str()), 0);
+  // A bad key fails at writing time, not in the queue.
+  EXPECT_EQ(run_cli(fmt::format("slurm {} nope.key=1 -o {}", (dir / "run.yaml").string(), (dir / "bad.sbatch").string())).code, 2);
+  EXPECT_FALSE(fs::exists(dir / "bad.sbatch"));
+}
+
+TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_resume");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 13) % 20000);
+  const std::string launch = fmt::format("launch -n 2 --master-port {} -- ", port);
+  const std::string extra = "precision=fp32 data.shuffle=true schedule.type=constant schedule.warmup_steps=0 train.eval_every_n_steps=0";
+  auto with_steps = [&](const std::string& name, std::int64_t steps, const std::string& more) {
+    return launch + dist_args(csv, dir, name, 8, extra + fmt::format(" train.epochs=100000 train.max_steps={} {}", steps, more));
+  };
+  // SIGINT to the launcher after 3 s: both ranks stop at the same step, rank 0 writes the checkpoint, exit 5.
+  const CliResult stopped = run_cli(with_steps("run", 100000000, ""), "timeout -s INT --preserve-status 3");
+  ASSERT_EQ(stopped.code, 5) << stopped.out << stopped.err;
+  EXPECT_THAT(stopped.err, HasSubstr("after signal 2"));
+  std::int64_t at = -1;
+  for (const auto& e : fs::directory_iterator(dir / "run" / "checkpoints")) at = std::max<std::int64_t>(at, std::stoll(e.path().filename().string().substr(5)));
+  ASSERT_GT(at, 0);
+  // Resumed to 10 steps past the stop, and a run that never stopped, to the same step.
+  const CliResult resumed = run_cli(with_steps("run", at + 10, "resume=auto"));
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr(fmt::format("resumed from")));
+  const CliResult straight = run_cli(with_steps("straight", at + 10, ""));
+  ASSERT_EQ(straight.code, 0) << straight.out << straight.err;
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "run"), dist_final_weights(dir / "straight")), 0.0) << "stopped at " << at;
+}
+
+TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 7) % 20000);
+  const std::string train = fmt::format("'{}' {} train.max_steps=1000000 dist.timeout_s=20", BELLOWS_CLI_PATH,
+                                        dist_args(csv, dir, "kill", 8, "precision=fp32"));
+  // Rank 1 is killed once rank 0 has logged a step; rank 0 must stop by itself, well inside the timeout.
+  const std::string script = fmt::format(
+      "cd '{0}'; export WORLD_SIZE=2 MASTER_PORT={1}; RANK=0 {2} >r0.out 2>r0.err & p0=$!; RANK=1 {2} >r1.out 2>r1.err & p1=$!; "
+      "for i in $(seq 200); do grep -q ' step ' r0.out 2>/dev/null && break; sleep 0.1; done; kill -9 $p1; "
+      "start=$(date +%s); wait $p0; echo $? > rc0; echo $(( $(date +%s) - start )) > seconds",
+      dir.string(), port, train);
+  std::ofstream(dir / "kill.sh") << script << "\n";
+  const int status = std::system(("timeout 120 bash '" + (dir / "kill.sh").string() + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(bellows::testing::slurp(dir / "rc0"), "4\n");  // a resource error
+  EXPECT_LE(std::stoi(bellows::testing::slurp(dir / "seconds")), 20);
+  EXPECT_THAT(bellows::testing::slurp(dir / "r0.err"), HasSubstr("rank 0 of 2"));
+}
+
+}  // namespace

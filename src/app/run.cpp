@@ -210,6 +210,14 @@ RunResult run(const config::Config& c, const RunOptions& options) {
     }
     if (from) {
       const ckpt::Checkpoint cp = ckpt::load_checkpoint(*from);
+      if (const auto saved = cp.state.find("data.sampler.world_size"); saved != cp.state.end()) {
+        const std::int64_t world = saved->second.item<std::int64_t>();
+        if (world != ranks.world_size()) {
+          trainer.message(fmt::format("warning: the checkpoint was written by {} process(es), this run has {}: training continues from the "
+                                      "same step and the same fraction of the epoch, but the data order differs from the original run's",
+                                      world, ranks.world_size()));
+        }
+      }
       trainer.restore(cp, *loaders.train, config::get_bool(c, "checkpoint.strict"));
       trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
     }

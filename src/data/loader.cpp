@@ -265,6 +265,13 @@ void Loader::load_state_dict(const StateDict& state) {
   sampler_.check_compatible(sub_dict(state, "sampler"));
   epoch_ = get_int(state, "epoch");
   position_ = get_int(state, "position");
+  // Saved by a job of another size: the same fraction of the epoch is done (position x old world / new world
+  // batches of this rank), though not the same samples.
+  const std::int64_t saved_world = get_int(sub_dict(state, "sampler"), "world_size");
+  if (saved_world != sampler_.options().world_size) {
+    position_ = position_ * saved_world / sampler_.options().world_size;
+    position_ = std::min(position_, batches_per_epoch());
+  }
   resumed_ = true;
 }
 

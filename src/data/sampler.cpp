@@ -82,6 +82,9 @@ void Sampler::check_compatible(const StateDict& state) const {
   for (const auto& [key, value] : mine) {
     // Ranks of one world step in lockstep: a position saved by rank 0 is every rank's position.
     if (key == "rank") continue;
+    // Another world size: the position still counts batches of this rank's epoch; the loader rescales it, and the
+    // run says that the data order differs from the uninterrupted run's.
+    if (key == "world_size") continue;
     const std::int64_t saved = get_int(state, key);
     const std::int64_t now = value.item<std::int64_t>();
     BELLOWS_CHECK_DATA(saved == now,

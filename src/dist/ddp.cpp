@@ -2,6 +2,7 @@
 #include "bellows/dist/ddp.h"
 
 #include <fmt/format.h>
+#include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -11,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -76,6 +78,12 @@ struct Ddp::Impl {
   std::size_t next_launch = 0;
   std::size_t launched_in_backward = 0;  // in the current backward
   Stats last;
+  // Timing of communication (metrics()): per step, first launch to last completion, and the wait after backward.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point first_launch;
+  std::atomic<std::int64_t> last_done_ns{0};
+  double comm_s = 0, wait_s = 0;
+  std::int64_t timed_steps = 0;
   std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, std::uintptr_t>> hooks;
 
   std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
@@ -100,8 +108,17 @@ struct Ddp::Impl {
       else if (!grad.is_same(view)) view.copy_(grad);  // accumulated in place into the view already otherwise
     }
     std::vector<at::Tensor> tensors{b.flat};
+    if (&b == &buckets.front()) first_launch = Clock::now();  // buckets start in index order
     b.work = group->allreduce(tensors);
     b.launched = true;
+    // When it completes (on Gloo's or NCCL's thread): the latest completion of the step.
+    std::atomic<std::int64_t>* done = &last_done_ns;
+    b.work->getFuture()->addCallback([done](c10::ivalue::Future&) {
+      const std::int64_t now = Clock::now().time_since_epoch().count();
+      std::int64_t seen = done->load();
+      while (seen < now && !done->compare_exchange_weak(seen, now)) {
+      }
+    });
   }
 
   void on_gradient(std::size_t i) {
@@ -264,8 +281,15 @@ void Ddp::finish_gradients() {
   const std::size_t in_backward = m.launched_in_backward;
   while (m.next_launch < m.buckets.size()) m.launch(m.buckets[m.next_launch++]);
   const double world = static_cast<double>(m.info.world_size);
+  const auto wait_start = Impl::Clock::now();
+  for (auto& b : m.buckets) m.wait(b.work, "gradient all-reduce");
+  const auto waited = Impl::Clock::now() - wait_start;
+  const Impl::Clock::time_point done{Impl::Clock::duration(m.last_done_ns.load())};
+  m.wait_s += std::chrono::duration<double>(waited).count();
+  m.comm_s += std::chrono::duration<double>(std::max(done, m.first_launch) - m.first_launch).count();
+  ++m.timed_steps;
+  m.last_done_ns.store(0);
   for (auto& b : m.buckets) {
-    m.wait(b.work, "gradient all-reduce");
     b.flat.div_(world);
     for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
     b.ready = 0;
@@ -279,6 +303,16 @@ void Ddp::finish_gradients() {
 }
 
 Ddp::Stats Ddp::last_stats() const { return impl_->last; }
+
+std::vector<std::pair<std::string, double>> Ddp::metrics() {
+  Impl& m = *impl_;
+  if (m.timed_steps == 0) return {};
+  const double n = static_cast<double>(m.timed_steps);
+  std::vector<std::pair<std::string, double>> out{{"comm_ms", 1e3 * m.comm_s / n}, {"comm_wait_ms", 1e3 * m.wait_s / n}};
+  m.comm_s = m.wait_s = 0;
+  m.timed_steps = 0;
+  return out;
+}
 
 void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors) {
   for (auto& t : tensors) {
@@ -301,5 +335,16 @@ void Ddp::broadcast(std::vector<at::Tensor>& tensors, int root) {
 }
 
 void Ddp::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
+
+std::vector<bool> Ddp::any_rank(std::vector<bool> flags) {
+  if (flags.empty()) return flags;
+  at::Tensor t = at::zeros({static_cast<std::int64_t>(flags.size())}, at::kFloat);
+  for (std::size_t i = 0; i < flags.size(); ++i) t[static_cast<std::int64_t>(i)] = flags[i] ? 1.0f : 0.0f;
+  std::vector<at::Tensor> one{t};
+  impl_->wait(impl_->group->allreduce(one), "agreement on stop and checkpoint flags");
+  const float* v = t.data_ptr<float>();
+  for (std::size_t i = 0; i < flags.size(); ++i) flags[i] = v[i] > 0;
+  return flags;
+}
 
 }  // namespace bellows::dist

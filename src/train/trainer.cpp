@@ -166,6 +166,7 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
                         skipped - w.skipped_before, w.first_step + 1, step_));
   }
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
+  for (const auto& m : strategy.metrics()) r.values.push_back(m);  // communication time, with several ranks
   // Memory monitoring (seed 003): the peak of tensor memory on the device over the window, when counted.
   if (const obs::MemoryStats mem = obs::memory_stats(options_.device); mem.tracked) {
     r.values.emplace_back("mem_peak_mb", static_cast<double>(mem.peak_bytes) / 1e6);
@@ -330,15 +331,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       }
       if (step_ >= planned) done = true;
       const auto& co = options_.checkpoint;
-      bool stop = options_.stop_flag && options_.stop_flag->load();
-      bool by_time = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes;
-      if (world > 1) {
-        // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at this step.
-        std::vector<at::Tensor> flags{at::tensor({stop ? 1.0f : 0.0f, by_time ? 1.0f : 0.0f})};
-        strategy.all_reduce_sum(flags);
-        stop = flags[0][0].item<float>() > 0;
-        by_time = flags[0][1].item<float>() > 0;
-      }
+      // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at this step.
+      const std::vector<bool> agreed = strategy.any_rank({options_.stop_flag && options_.stop_flag->load(),
+                                                          co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes});
+      const bool stop = agreed[0], by_time = agreed[1];
       if (stop) {
         result.interrupted = done = true;
         if (!co.dir.empty() && co.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
@@ -405,7 +401,10 @@ std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batc
       auto autocast = precision_->autocast();
       out = task_->step(*model_, b);
     }
-    precision_->scale_loss(out.loss).backward();
+    {
+      auto local = options_.strategy->no_sync();  // a probe: no gradient communication
+      options_.strategy->backward(precision_->scale_loss(out.loss));
+    }
     peak = obs::memory_stats(options_.device).peak_bytes - base;
   } catch (...) {
     optimizer_->zero_grad();
@@ -462,16 +461,13 @@ void Trainer::load_state_dict(const StateDict& state) {
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
   BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
+  // Replicas are equal: rank 0 writes. With other ranks it waits for the files itself, and the barrier lets no rank
+  // go on, or exit, before the checkpoint is complete.
   dist::Strategy& strategy = *options_.strategy;
-  if (strategy.world_size() > 1) {
-    // Replicas are equal: rank 0 writes (and waits for the files); the barrier lets no rank go on, or exit, before
-    // the checkpoint is complete.
-    std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
-    if (strategy.is_main()) path = write_checkpoint(train, reason, /*wait=*/true);
-    strategy.barrier();
-    return path;
-  }
-  return write_checkpoint(train, reason, wait);
+  std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
+  if (strategy.is_main()) path = write_checkpoint(train, reason, wait || strategy.world_size() > 1);
+  strategy.barrier();
+  return path;
 }
 
 std::filesystem::path Trainer::write_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {

@@ -189,6 +189,19 @@ TEST(DistCli, SrunAndMpirunEnvironmentsAreDetected) {
                            mpi + " OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1", "openmpi");
 }
 
+TEST(DistCli, AnEnvironmentThatContradictsItselfOrTheConfigIsAnError) {
+  CliResult r = run_cli("train train.max_steps=2", "env RANK=3 WORLD_SIZE=2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("rank 3 outside [0, 2)"));
+  r = run_cli("train train.max_steps=2 dist.strategy=single", "env RANK=0 WORLD_SIZE=2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("dist.strategy is single"));
+  EXPECT_THAT(r.err, HasSubstr("names 2 processes"));
+  r = run_cli("launch -n 0 -- train");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("-n/--nproc is 0"));
+}
+
 TEST(DistCli, SlurmWritesASubmittableScript) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_sbatch");
   const fs::path csv = dist_write_csv(dir);
@@ -233,6 +246,11 @@ TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
   const CliResult straight = run_cli(with_steps("straight", at + 10, ""));
   ASSERT_EQ(straight.code, 0) << straight.out << straight.err;
   EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "run"), dist_final_weights(dir / "straight")), 0.0) << "stopped at " << at;
+  // One process goes on from the two-process checkpoint, with a warning about the data order.
+  const CliResult alone = run_cli(dist_args(csv, dir, "run", 8, extra + fmt::format(" train.epochs=100000 train.max_steps={} resume=auto", at + 15)));
+  ASSERT_EQ(alone.code, 0) << alone.out << alone.err;
+  EXPECT_THAT(alone.out, HasSubstr("the checkpoint was written by 2 process(es), this run has 1"));
+  EXPECT_THAT(alone.out, HasSubstr(fmt::format("optimizer steps   {}", at + 15)));
 }
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) {

@@ -41,6 +41,13 @@ class Strategy {
   virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) {}
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) {}
   virtual void barrier() {}
+  // Each flag true on every rank when it is true on any (a stop request, a due checkpoint): one collective for
+  // all of them with several ranks, nothing with one.
+  virtual std::vector<bool> any_rank(std::vector<bool> flags) { return flags; }
+  // Means per optimizer step since the last call, for the step records (Ddp: comm_ms, the time from the first
+  // bucket's launch to the last one's completion, and comm_wait_ms, the part of it the step waited for after
+  // backward). Empty for one process.
+  virtual std::vector<std::pair<std::string, double>> metrics() { return {}; }
 
   // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
   class NoSync {

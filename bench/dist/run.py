@@ -1,0 +1,114 @@
+"""Data parallel on one machine: 2 processes x 1 thread (`bellows launch -n 2`, Gloo) against 1 process x 2 threads
+(`bellows train`), same global batch, alternating trials, for W1 and W3 (or the workloads named).
+
+Reports per workload and bucket size: samples/s of each (median and range), their ratio (the scaling efficiency of
+data parallel on the same cores), and from bellows' step records the communication per optimizer step: comm_ms
+(first bucket launched to last one done) and comm_wait_ms (what the step waited for after backward), so that
+1 - wait/comm is the fraction of the communication hidden behind backward.
+
+    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--out DIR]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench", "peers"))
+import check  # noqa: E402  (bench/peers: the example data of each workload)
+import peer  # noqa: E402
+from run import data_for, run, STEPS  # noqa: E402
+
+
+def trial(workload, args, data, system, bucket_mb, t):
+    w = peer.WORKLOADS[workload]
+    warmup, steps = STEPS[workload]
+    steps = max(steps, warmup * 3) - max(steps, warmup * 3) % warmup
+    name = f"{workload}-{system}-{bucket_mb:g}-t{t}"
+    out = os.path.join(args.work, "runs")
+    shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    procs = 2 if system == "2x1" else 1
+    batch = w.batch_size // procs  # the same global batch
+    train = ["train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}", f"data.path={data}", "data.val_fraction=0",
+             f"data.batch_size={batch}", f"train.max_steps={warmup + steps}", "train.epochs=1000", f"train.log_every_n_steps={warmup}",
+             "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 // procs}", "precision=fp32",
+             "schedule.type=constant", "schedule.warmup_steps=0", f"dist.bucket_mb={bucket_mb}", *w.bellows_overrides]
+    bellows = os.path.join(args.bin, "bellows")
+    cmd = [bellows, "launch", "-n", "2", "--master-port", str(args.port), "--", *train] if procs == 2 else [bellows, *train]
+    run(cmd, os.path.join(args.work, f"{name}.log"))
+    records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]
+    rec = {r["step"]: r for r in records if r.get("type") == "train"}
+    a, b = rec[warmup], rec[warmup + steps]
+    seconds = b["elapsed_s"] - a["elapsed_s"]
+    later = [r for s, r in rec.items() if warmup < s <= warmup + steps]
+    comm = [r["comm_ms"] for r in later if "comm_ms" in r]
+    wait = [r["comm_wait_ms"] for r in later if "comm_wait_ms" in r]
+    return {"samples_per_s": steps * w.batch_size * w.accumulation / seconds, "step_ms": 1e3 * seconds / steps,
+            "comm_ms": statistics.mean(comm) if comm else None, "comm_wait_ms": statistics.mean(wait) if wait else None}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workloads", nargs="*", help="W1 ... W7 (default: W1 W3)")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--bucket-mb", type=float, action="append", help="repeatable; default 25 and 1")
+    ap.add_argument("--port", type=int, default=29731)
+    ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-bench"))
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    args = ap.parse_args()
+    args.workloads = args.workloads or ["W1", "W3"]
+    for w in args.workloads:
+        if w not in peer.WORKLOADS:
+            sys.exit(f"run: unknown workload '{w}'; choose from {', '.join(sorted(peer.WORKLOADS))}")
+    if args.trials < 3:
+        sys.exit("run: at least 3 trials")
+    args.quick = False
+    args.work = os.path.join(args.out, "work")
+    args.data_root = os.path.join(args.out, "data")
+    os.makedirs(args.work, exist_ok=True)
+    buckets = args.bucket_mb or [25.0, 1.0]
+    lines = ["| workload | global batch | 1 process x 2 threads, samples/s | bucket MiB | 2 processes x 1 thread, samples/s | "
+             "2x1 / 1x2 | comm ms/step | waited ms/step | comm hidden behind backward |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
+    for workload in args.workloads:
+        data = data_for(workload, args)
+        systems = [("1x2", buckets[0])] + [("2x1", b) for b in buckets]
+        results = {s: [] for s in systems}
+        for t in range(args.trials):
+            rotated = systems[t % len(systems):] + systems[:t % len(systems)]
+            for s in rotated:
+                results[s].append(trial(workload, args, data, s[0], s[1], t))
+                r = results[s][-1]
+                print(f"  {workload} trial {t + 1}/{args.trials} {s[0]} bucket {s[1]:g} MiB: {r['samples_per_s']:.1f} samples/s, "
+                      f"step {r['step_ms']:.2f} ms" + (f", comm {r['comm_ms']:.2f} ms, waited {r['comm_wait_ms']:.2f} ms" if r["comm_ms"] else ""),
+                      flush=True)
+        med = {s: statistics.median(x["samples_per_s"] for x in v) for s, v in results.items()}
+        one = results[systems[0]]
+        for s in systems[1:]:
+            comm = statistics.median(x["comm_ms"] for x in results[s])
+            wait = statistics.median(x["comm_wait_ms"] for x in results[s])
+            v = [x["samples_per_s"] for x in results[s]]
+            o = [x["samples_per_s"] for x in one]
+            row = {"workload": workload, "batch": peer.WORKLOADS[workload].batch_size, "bucket_mb": s[1], "one_by_two": med[systems[0]],
+                   "two_by_one": med[s], "ratio": med[s] / med[systems[0]], "comm_ms": comm, "wait_ms": wait,
+                   "hidden": 1 - wait / comm if comm > 0 else 0.0, "trials": {"1x2": o, "2x1": v}}
+            rows.append(row)
+            lines.append(f"| {workload} {peer.WORKLOADS[workload].name} | {row['batch']} | {med[systems[0]]:.0f} ({min(o):.0f}-{max(o):.0f}) | "
+                         f"{s[1]:g} | {med[s]:.0f} ({min(v):.0f}-{max(v):.0f}) | {row['ratio']:.2f} | {comm:.2f} | {wait:.2f} | "
+                         f"{100 * row['hidden']:.0f}% |")
+    text = "\n".join(lines) + "\n"
+    cmd = " ".join(["bench/dist/run.sh", *sys.argv[1:]])
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"command": cmd, "rows": rows}, f, indent=1)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(f"`{cmd}`\n\n{text}")
+    print(f"\n{text}\nresults: {args.out}/results.md, results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench", "peers"))
 import check  # noqa: E402  (bench/peers: the example data of each workload)
 import peer  # noqa: E402
-from run import data_for, run, STEPS  # noqa: E402
+from run import data_for, run, write_results, STEPS  # noqa: E402
 
 
 def trial(workload, args, data, system, bucket_mb, t):
@@ -100,13 +100,7 @@ def main():
             lines.append(f"| {workload} {peer.WORKLOADS[workload].name} | {row['batch']} | {med[systems[0]]:.0f} ({min(o):.0f}-{max(o):.0f}) | "
                          f"{s[1]:g} | {med[s]:.0f} ({min(v):.0f}-{max(v):.0f}) | {row['ratio']:.2f} | {comm:.2f} | {wait:.2f} | "
                          f"{100 * row['hidden']:.0f}% |")
-    text = "\n".join(lines) + "\n"
-    cmd = " ".join(["bench/dist/run.sh", *sys.argv[1:]])
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"command": cmd, "rows": rows}, f, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(f"`{cmd}`\n\n{text}")
-    print(f"\n{text}\nresults: {args.out}/results.md, results.json")
+    write_results(args.out, "bench/dist/run.sh", {"rows": rows}, "\n".join(lines) + "\n")
     return 0
 
 

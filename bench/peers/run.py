@@ -246,14 +246,18 @@ def main():
                 print(f"run: {workload} bf16-mixed left out: this CPU has no bf16 hardware (`bellows hw --measure`)")
                 continue
             rows.append(bench(workload, precision, args, peaks))
-    text = table(rows)
-    cmd = " ".join(["bench/peers/run.sh", *sys.argv[1:]])
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"command": cmd, "peaks_gflops": peaks, "cpu": hw["cpu"], "rows": rows}, f, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(f"`{cmd}`\n\n{text}")
-    print(f"\n{text}\nresults: {args.out}/results.md, results.json, hw.txt")
+    write_results(args.out, "bench/peers/run.sh", {"peaks_gflops": peaks, "cpu": hw["cpu"], "rows": rows}, table(rows), "hw.txt")
     return 0
+
+
+def write_results(out, script, payload, text, *extra_files):
+    """OUT/results.json (the payload and the command) and OUT/results.md (the command and the table); prints both."""
+    cmd = " ".join([script, *sys.argv[1:]])
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"command": cmd, **payload}, f, indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(f"`{cmd}`\n\n{text}")
+    print(f"\n{text}\nresults: {out}/" + ", ".join(["results.md", "results.json", *extra_files]))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@
 
 namespace bellows::dist {
 
+std::string first_line(const std::exception& e) {
+  std::string what = e.what();
+  what.resize(std::min(what.find('\n'), what.size()));
+  return what;
+}
+
 c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& name, const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                int world_size, std::chrono::milliseconds timeout) {
   if (name == "nccl") return make_nccl_backend(store, rank, world_size, timeout);
@@ -24,9 +30,7 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& name, const c1
                                                  : c10d::ProcessGroupGloo::createDefaultDevice());
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what.resize(std::min(what.find('\n'), what.size()));
-    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("rank {} of {}: the Gloo process group could not connect: {}", rank, world_size, what),
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("rank {} of {}: the Gloo process group could not connect: {}", rank, world_size, first_line(e)),
                  "check that the ranks can reach each other; GLOO_SOCKET_IFNAME=<interface> picks the network interface");
   }
 }

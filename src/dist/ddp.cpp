@@ -25,13 +25,6 @@ namespace {
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)); }
 
-// The first line of a c10d/Gloo error: enough to name the failure without its C++ stack.
-std::string first_line(const std::exception& e) {
-  std::string what = e.what();
-  if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-  return what;
-}
-
 // Returns once a TCP connection to addr:port succeeds, or after timeout_s (TCPStore then reports the failure).
 void wait_until_listening(const std::string& addr, int port, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s);

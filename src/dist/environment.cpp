@@ -59,6 +59,26 @@ void master_from_env(const EnvLookup& env, ProcessInfo& p, const std::string& la
   if (const auto port = env_int(env, "MASTER_PORT")) p.master_port = static_cast<int>(*port);
 }
 
+// An MPI launcher's variable names: rank and size in the world, and on this node.
+struct MpiVariables {
+  const char* launcher;
+  const char* label;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+void from_mpi(const EnvLookup& env, const MpiVariables& v, ProcessInfo& p) {
+  p.launcher = v.launcher;
+  p.rank = required_int(env, v.rank, v.label);
+  p.world_size = required_int(env, v.size, v.label);
+  p.local_rank = static_cast<int>(env_int(env, v.local_rank).value_or(0));
+  p.local_world_size = static_cast<int>(env_int(env, v.local_size).value_or(p.world_size));
+  p.reason = fmt::format("{}={} {}={}", v.rank, p.rank, v.size, p.world_size);
+  master_from_env(env, p, v.label);
+}
+
 }  // namespace
 
 std::optional<std::string> process_env(const std::string& name) {
@@ -146,21 +166,10 @@ ProcessInfo detect_process(const EnvLookup& env) {
     if (const auto port = env_int(env, "MASTER_PORT")) p.master_port = static_cast<int>(*port);
     else if (const auto job = env_int(env, "SLURM_JOB_ID")) p.master_port = static_cast<int>(10000 + *job % 10000);
   } else if (env("OMPI_COMM_WORLD_RANK")) {
-    p.launcher = "openmpi";
-    p.rank = required_int(env, "OMPI_COMM_WORLD_RANK", "Open MPI");
-    p.world_size = required_int(env, "OMPI_COMM_WORLD_SIZE", "Open MPI");
-    p.local_rank = static_cast<int>(env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(0));
-    p.local_world_size = static_cast<int>(env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(p.world_size));
-    p.reason = fmt::format("OMPI_COMM_WORLD_RANK={} OMPI_COMM_WORLD_SIZE={}", p.rank, p.world_size);
-    master_from_env(env, p, "Open MPI");
+    from_mpi(env, {"openmpi", "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                   "OMPI_COMM_WORLD_LOCAL_SIZE"}, p);
   } else if (env("PMI_RANK")) {
-    p.launcher = "mpich";
-    p.rank = required_int(env, "PMI_RANK", "MPICH (PMI)");
-    p.world_size = required_int(env, "PMI_SIZE", "MPICH (PMI)");
-    p.local_rank = static_cast<int>(env_int(env, "MPI_LOCALRANKID").value_or(0));
-    p.local_world_size = static_cast<int>(env_int(env, "MPI_LOCALNRANKS").value_or(p.world_size));
-    p.reason = fmt::format("PMI_RANK={} PMI_SIZE={}", p.rank, p.world_size);
-    master_from_env(env, p, "MPICH (PMI)");
+    from_mpi(env, {"mpich", "MPICH (PMI)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}, p);
   } else {
     p.reason = "no launcher environment (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK)";
   }

@@ -15,9 +15,7 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   try {
     return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what.resize(std::min(what.find('\n'), what.size()));
-    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("rank {} of {}: the NCCL process group could not start: {}", rank, world_size, what),
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("rank {} of {}: the NCCL process group could not start: {}", rank, world_size, first_line(e)),
                  "check that every rank has its own GPU (device cuda:<local rank>) and that NCCL can reach the other nodes");
   }
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "bellows/util/error.h"
@@ -68,9 +69,12 @@ void run_ranks(int world, const DdpOptions& options, const std::function<void(Dd
   }
 }
 
+std::mutex g_init;  // the ranks are threads sharing the default generator: seeding and drawing one at a time
+
 struct Net : torch::nn::Module {
   torch::nn::Linear a{nullptr}, b{nullptr}, head{nullptr};
   explicit Net(std::uint64_t seed) {
+    const std::lock_guard lock(g_init);
     torch::manual_seed(seed);
     a = register_module("a", torch::nn::Linear(4, 8));
     b = register_module("b", torch::nn::Linear(8, 8));

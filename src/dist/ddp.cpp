@@ -77,6 +77,9 @@ struct Ddp::Impl {
   std::atomic<std::int64_t> last_done_ns{0};
   double comm_s = 0, wait_s = 0;
   std::int64_t timed_steps = 0;
+  // agree(): the flags in flight and their all-reduce.
+  at::Tensor agreement_flags;
+  c10::intrusive_ptr<c10d::Work> agreement;
   std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, std::uintptr_t>> hooks;
 
   std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
@@ -205,6 +208,10 @@ std::string Ddp::describe() const {
 void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {
   Impl& m = *impl_;
   m.remove_hooks();
+  if (m.agreement) {  // a previous fit's last decisions: done with
+    m.wait(m.agreement, "agreement on stop and checkpoint decisions");
+    m.agreement.reset();
+  }
   // --- replicas made equal: rank 0's parameters and buffers, every tensor of the module ---
   std::vector<at::Tensor> state;
   for (const auto& p : model.parameters()) state.push_back(p);
@@ -329,15 +336,20 @@ void Ddp::broadcast(std::vector<at::Tensor>& tensors, int root) {
 
 void Ddp::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
 
-std::vector<bool> Ddp::any_rank(std::vector<bool> flags) {
-  if (flags.empty()) return flags;
-  at::Tensor t = at::zeros({static_cast<std::int64_t>(flags.size())}, at::kFloat);
-  for (std::size_t i = 0; i < flags.size(); ++i) t[static_cast<std::int64_t>(i)] = flags[i] ? 1.0f : 0.0f;
-  std::vector<at::Tensor> one{t};
-  impl_->wait(impl_->group->allreduce(one), "agreement on stop and checkpoint flags");
-  const float* v = t.data_ptr<float>();
-  for (std::size_t i = 0; i < flags.size(); ++i) flags[i] = v[i] > 0;
-  return flags;
+std::vector<bool> Ddp::agree(std::vector<bool> flags) {
+  Impl& m = *impl_;
+  std::vector<bool> agreed(flags.size(), false);
+  if (m.agreement) {  // the previous call's flags, summed over ranks while this step ran
+    m.wait(m.agreement, "agreement on stop and checkpoint decisions");
+    const float* v = m.agreement_flags.data_ptr<float>();
+    for (std::size_t i = 0; i < agreed.size() && i < static_cast<std::size_t>(m.agreement_flags.numel()); ++i) agreed[i] = v[i] > 0;
+  }
+  m.agreement_flags = at::zeros({static_cast<std::int64_t>(flags.size())}, at::kFloat);
+  float* out = m.agreement_flags.data_ptr<float>();
+  for (std::size_t i = 0; i < flags.size(); ++i) out[i] = flags[i] ? 1.0f : 0.0f;
+  std::vector<at::Tensor> one{m.agreement_flags};
+  m.agreement = m.group->allreduce(one);
+  return agreed;
 }
 
 }  // namespace bellows::dist

@@ -331,9 +331,12 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       }
       if (step_ >= planned) done = true;
       const auto& co = options_.checkpoint;
-      // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at this step.
-      const std::vector<bool> agreed = strategy.any_rank({options_.stop_flag && options_.stop_flag->load(),
-                                                          co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes});
+      // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at one step
+      // (with several ranks the step after it was seen: dist/strategy.h).
+      // A due time is asked for once, until a checkpoint is written.
+      const bool due = co.every_n_minutes > 0 && now_s() - last_checkpoint_s_ >= 60 * co.every_n_minutes && !time_checkpoint_asked_;
+      time_checkpoint_asked_ = time_checkpoint_asked_ || due;
+      const std::vector<bool> agreed = strategy.agree({options_.stop_flag && options_.stop_flag->load(), due});
       const bool stop = agreed[0], by_time = agreed[1];
       if (stop) {
         result.interrupted = done = true;
@@ -467,6 +470,8 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const s
   std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
   if (strategy.is_main()) path = write_checkpoint(train, reason, wait || strategy.world_size() > 1);
   strategy.barrier();
+  last_checkpoint_s_ = now_s();  // on every rank: the next time-based checkpoint counts from here
+  time_checkpoint_asked_ = false;
   return path;
 }
 
@@ -505,7 +510,6 @@ std::filesystem::path Trainer::write_checkpoint(data::BatchSource& train, const 
     return seconds_since(t0);
   });
   pending_note_ = fmt::format("checkpoint {} ({}, step {}): the step waited {:.1f} ms for the host copy", path.string(), reason, step_, copy_ms);
-  last_checkpoint_s_ = now_s();
   if (wait) finish_checkpoint_write();
   return path;
 }

@@ -54,7 +54,7 @@ class Ddp final : public Strategy {
   void all_reduce_sum(std::vector<at::Tensor>& tensors) override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override;
   void barrier() override;
-  std::vector<bool> any_rank(std::vector<bool> flags) override;
+  std::vector<bool> agree(std::vector<bool> flags) override;
   std::vector<std::pair<std::string, double>> metrics() override;
 
   // Counters of the last finish_gradients(): buckets, and how many were launched from backward's hooks (the

@@ -41,9 +41,11 @@ class Strategy {
   virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) {}
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) {}
   virtual void barrier() {}
-  // Each flag true on every rank when it is true on any (a stop request, a due checkpoint): one collective for
-  // all of them with several ranks, nothing with one.
-  virtual std::vector<bool> any_rank(std::vector<bool> flags) { return flags; }
+  // Decisions every rank must take at the same step (a stop request, a due checkpoint): each flag of the result is
+  // true when it was true on any rank. One process gets its own flags back. Several agree without waiting: each
+  // call starts an asynchronous all-reduce of its flags and returns the outcome of the previous call's (all false
+  // for the first), so the job acts one step after any rank asked, and the step does not pay a round trip.
+  virtual std::vector<bool> agree(std::vector<bool> flags) { return flags; }
   // Means per optimizer step since the last call, for the step records (Ddp: comm_ms, the time from the first
   // bucket's launch to the last one's completion, and comm_wait_ms, the part of it the step waited for after
   // backward). Empty for one process.

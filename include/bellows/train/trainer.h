@@ -127,6 +127,7 @@ class Trainer {
   std::optional<double> best_eval_;   // the best value of it among checkpoints written
   std::filesystem::path best_checkpoint_;
   double last_checkpoint_s_ = 0;
+  bool time_checkpoint_asked_ = false;  // every_n_minutes is due and was put to the other ranks (Strategy::agree)
   std::future<double> pending_write_;  // the background checkpoint write (its seconds)
   std::string pending_note_;
 };

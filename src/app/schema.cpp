@@ -63,6 +63,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("dist.backend", Type::kString, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
       .choices({"auto", "gloo", "nccl"}).default_value(node("auto"));
   s.add("dist.bucket_mb", Type::kDouble, "gradient all-reduce bucket size, MiB").min(0.001).default_value(node(25.0));
+  s.add("dist.broadcast_buffers", Type::kBool, "rank 0's buffers (BatchNorm statistics) to every rank before each step and evaluation")
+      .default_value(node(true));
   s.add("dist.timeout_s", Type::kDouble, "longest wait for the other ranks (rendezvous, every collective) before failing")
       .min(1).default_value(node(300.0));
   // train

@@ -38,6 +38,7 @@ StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& pr
                        "NCCL reduces CUDA tensors: use dist.backend: gloo (or auto) on the CPU");
   o.bucket_mb = config::get_double(c, "dist.bucket_mb");
   o.timeout_s = config::get_double(c, "dist.timeout_s");
+  o.broadcast_buffers = config::get_bool(c, "dist.broadcast_buffers");
   o.config_hash = ckpt::sha256_hex(c.to_yaml()).substr(0, 16);
   auto ddp = std::make_shared<dist::Ddp>(process, o);
   // data.batch_size is per process, as in PyTorch's DDP: an optimizer step sees world x batch x accumulation samples.

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "bellows/util/check.h"
@@ -274,6 +275,27 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
   }
   m.launched_in_backward = 0;
   m.last = {};
+}
+
+void Ddp::sync_buffers(torch::nn::Module& model) {
+  if (!impl_->options.broadcast_buffers) return;
+  // One broadcast per dtype and device: the buffers flattened into one tensor and copied back.
+  std::map<std::pair<at::ScalarType, std::string>, std::vector<at::Tensor>> groups;
+  for (const auto& b : model.buffers()) {
+    if (b.defined() && b.numel() > 0) groups[{b.scalar_type(), b.device().str()}].push_back(b);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [key, buffers] : groups) {
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& b : buffers) flat_parts.push_back(b.reshape({-1}));
+    std::vector<at::Tensor> flat{at::cat(flat_parts)};
+    broadcast(flat, 0);
+    std::int64_t offset = 0;
+    for (auto& b : buffers) {
+      b.copy_(flat[0].narrow(0, offset, b.numel()).view(b.sizes()));
+      offset += b.numel();
+    }
+  }
 }
 
 void Ddp::finish_gradients() {

@@ -178,6 +178,7 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
 }
 
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
+  options_.strategy->sync_buffers(*model_);  // every rank evaluates the model rank 0 saves
   torch::NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
@@ -270,6 +271,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
       // --- forward and backward over the micro-batches of one optimizer step ---
       profiler.before_step(step_);
+      strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
       for (std::int64_t i = 0; i < micro; ++i) {
         std::optional<data::Batch> batch;
         {

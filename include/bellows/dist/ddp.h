@@ -31,6 +31,7 @@ struct DdpOptions {
   double bucket_mb = 25;         // gradient bucket capacity, MiB
   double timeout_s = 300;        // rendezvous and every collective
   std::string config_hash;       // compared at the rendezvous when not empty: ranks with different configs stop
+  bool broadcast_buffers = true; // sync_buffers() sends rank 0's buffers to all (one broadcast per dtype)
 };
 
 class Ddp final : public Strategy {
@@ -50,6 +51,7 @@ class Ddp final : public Strategy {
   std::string describe() const override;
 
   void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
+  void sync_buffers(torch::nn::Module& model) override;
   void finish_gradients() override;
   void all_reduce_sum(std::vector<at::Tensor>& tensors) override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override;

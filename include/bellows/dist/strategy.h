@@ -31,6 +31,10 @@ class Strategy {
   // resume or any change of the parameter tensors.
   virtual void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {}
 
+  // Rank 0's buffers (BatchNorm running statistics, ...) to every rank, as PyTorch's DDP does before each forward
+  // (broadcast_buffers): the trainer calls it before each optimizer step's first forward and before evaluation.
+  virtual void sync_buffers(torch::nn::Module& model) {}
+
   // Backward of a (precision-scaled) loss. Inside a NoSync scope gradients only accumulate locally.
   virtual void backward(const at::Tensor& loss) { loss.backward(); }
   // Gradients of every rank combined (the mean); call after the last micro-step's backward, before unscaling,

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
 #include <unistd.h>
 
@@ -159,6 +160,30 @@ TEST(Ddp, AParameterUnusedOnOneRankContributesZeros) {
   });
   EXPECT_TRUE(at::equal(head_grad[0], head_grad[1]));
   EXPECT_GT(head_grad[0].abs().sum().item<double>(), 0);
+}
+
+TEST(Ddp, SyncBuffersGivesEveryRankRankZerosRunningStatistics) {
+  std::vector<at::Tensor> mean(2), count(2), before(2);
+  for (const bool broadcast : {true, false}) {
+    DdpOptions o;
+    o.broadcast_buffers = broadcast;
+    run_ranks(2, o, [&](Ddp& ddp, int r) {
+      torch::nn::BatchNorm1d bn(3);
+      ddp.setup(*bn, bn->parameters());
+      bn->forward(at::full({4, 3}, static_cast<double>(r + 1)));  // rank-specific statistics
+      before[static_cast<std::size_t>(r)] = bn->running_mean.clone();
+      ddp.sync_buffers(*bn);
+      mean[static_cast<std::size_t>(r)] = bn->running_mean.clone();
+      count[static_cast<std::size_t>(r)] = bn->num_batches_tracked.clone();
+    });
+    ASSERT_FALSE(at::equal(before[0], before[1]));
+    if (broadcast) {
+      EXPECT_TRUE(at::equal(mean[1], before[0]));  // float and int64 buffers alike
+      EXPECT_TRUE(at::equal(count[1], count[0]));
+    } else {
+      EXPECT_TRUE(at::equal(mean[1], before[1]));
+    }
+  }
 }
 
 TEST(Ddp, AStalledRankMakesTheOtherFailWithinTheTimeout) {

@@ -62,11 +62,10 @@ struct Ddp::Impl {
     at::Tensor flat;
     std::vector<at::Tensor> views;     // one per member, shaped like its parameter
     std::size_t ready = 0;
-    bool launched = false;
     c10::intrusive_ptr<c10d::Work> work;
   };
   std::vector<at::Tensor> params;
-  std::vector<std::size_t> bucket_of, slot_of;
+  std::vector<std::size_t> bucket_of;
   std::vector<char> ready;
   std::vector<Bucket> buckets;
   std::size_t next_launch = 0;
@@ -107,7 +106,6 @@ struct Ddp::Impl {
     std::vector<at::Tensor> tensors{b.flat};
     if (&b == &buckets.front()) first_launch = Clock::now();  // buckets start in index order
     b.work = group->allreduce(tensors);
-    b.launched = true;
     // When it completes (on Gloo's or NCCL's thread): the latest completion of the step.
     std::atomic<std::int64_t>* done = &last_done_ns;
     b.work->getFuture()->addCallback([done](c10::ivalue::Future&) {
@@ -127,6 +125,29 @@ struct Ddp::Impl {
     while (next_launch < buckets.size() && buckets[next_launch].ready == buckets[next_launch].members.size()) {
       launch(buckets[next_launch++]);
       ++launched_in_backward;
+    }
+  }
+
+  // Rank 0's values into `tensors` on every rank, one broadcast per dtype and device: flattened into one tensor
+  // and copied back (parameters included: the copy is not recorded by autograd).
+  void broadcast_from_main(const std::vector<at::Tensor>& tensors) {
+    std::map<std::pair<at::ScalarType, std::string>, std::vector<at::Tensor>> groups;
+    for (const auto& t : tensors) {
+      if (t.defined() && t.numel() > 0) groups[{t.scalar_type(), t.device().str()}].push_back(t);
+    }
+    torch::NoGradGuard no_grad;
+    for (auto& [key, group_tensors] : groups) {
+      std::vector<at::Tensor> parts;
+      for (const auto& t : group_tensors) parts.push_back(t.reshape({-1}));
+      std::vector<at::Tensor> flat{at::cat(parts)};
+      c10d::BroadcastOptions o;
+      o.rootRank = 0;
+      wait(group->broadcast(flat, o), "broadcast from rank 0");
+      std::int64_t offset = 0;
+      for (auto t : group_tensors) {
+        t.copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
     }
   }
 
@@ -214,18 +235,13 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
     m.agreement.reset();
   }
   // --- replicas made equal: rank 0's parameters and buffers, every tensor of the module ---
-  std::vector<at::Tensor> state;
-  for (const auto& p : model.parameters()) state.push_back(p);
+  std::vector<at::Tensor> state = model.parameters();
   for (const auto& b : model.buffers()) state.push_back(b);
-  {
-    torch::NoGradGuard no_grad;
-    broadcast(state, 0);
-  }
+  m.broadcast_from_main(state);
   // --- buckets: last parameter first, split by dtype/device and capacity ---
   m.params = params;
   m.buckets.clear();
   m.bucket_of.assign(params.size(), 0);
-  m.slot_of.assign(params.size(), 0);
   m.ready.assign(params.size(), 0);
   const auto cap = static_cast<std::int64_t>(m.options.bucket_mb * 1024 * 1024);
   std::int64_t bytes = 0;
@@ -242,7 +258,6 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
       bytes = 0;
     }
     m.bucket_of[n] = m.buckets.size() - 1;
-    m.slot_of[n] = m.buckets.back().members.size();
     m.buckets.back().members.push_back(n);
     bytes += size;
   }
@@ -278,24 +293,7 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
 }
 
 void Ddp::sync_buffers(torch::nn::Module& model) {
-  if (!impl_->options.broadcast_buffers) return;
-  // One broadcast per dtype and device: the buffers flattened into one tensor and copied back.
-  std::map<std::pair<at::ScalarType, std::string>, std::vector<at::Tensor>> groups;
-  for (const auto& b : model.buffers()) {
-    if (b.defined() && b.numel() > 0) groups[{b.scalar_type(), b.device().str()}].push_back(b);
-  }
-  torch::NoGradGuard no_grad;
-  for (auto& [key, buffers] : groups) {
-    std::vector<at::Tensor> flat_parts;
-    for (const auto& b : buffers) flat_parts.push_back(b.reshape({-1}));
-    std::vector<at::Tensor> flat{at::cat(flat_parts)};
-    broadcast(flat, 0);
-    std::int64_t offset = 0;
-    for (auto& b : buffers) {
-      b.copy_(flat[0].narrow(0, offset, b.numel()).view(b.sizes()));
-      offset += b.numel();
-    }
-  }
+  if (impl_->options.broadcast_buffers) impl_->broadcast_from_main(model.buffers());
 }
 
 void Ddp::finish_gradients() {
@@ -315,7 +313,6 @@ void Ddp::finish_gradients() {
     b.flat.div_(world);
     for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
     b.ready = 0;
-    b.launched = false;
     b.work.reset();
   }
   std::fill(m.ready.begin(), m.ready.end(), 0);

@@ -155,20 +155,18 @@ LaunchResult launch(const LaunchOptions& o, std::atomic<int>* stop) {
       int status = 0;
       const pid_t pid = pids[i];
       if (result.exit_codes[i] >= 0 || waitpid(pid, &status, WNOHANG) != pid) continue;
-      {
-        reaped = true;
-        result.exit_codes[i] = code_of(status);
-        --running;
-        const int rank = o.node_rank * o.nproc + static_cast<int>(i);
-        if (result.exit_code == 0 && result.exit_codes[i] != 0) {
-          result.exit_code = result.exit_codes[i];
-          result.message = fmt::format("{}rank {} (local rank {}, pid {}) {}", forwarded ? fmt::format("after signal {}: ", forwarded) : "", rank,
-                                       i, pid, describe_status(status));
-          if (running > 0 && forwarded == 0) {  // after a forwarded signal the others are stopping already
-            result.message += fmt::format("; stopping the other {} local process(es)", running);
-            signal_all(SIGTERM);
-            kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(o.grace_s * 1000));
-          }
+      reaped = true;
+      result.exit_codes[i] = code_of(status);
+      --running;
+      const int rank = o.node_rank * o.nproc + static_cast<int>(i);
+      if (result.exit_code == 0 && result.exit_codes[i] != 0) {
+        result.exit_code = result.exit_codes[i];
+        result.message = fmt::format("{}rank {} (local rank {}, pid {}) {}", forwarded ? fmt::format("after signal {}: ", forwarded) : "", rank,
+                                     i, pid, describe_status(status));
+        if (running > 0 && forwarded == 0) {  // after a forwarded signal the others are stopping already
+          result.message += fmt::format("; stopping the other {} local process(es)", running);
+          signal_all(SIGTERM);
+          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(o.grace_s * 1000));
         }
       }
     }

@@ -42,6 +42,17 @@ void accumulate(at::Tensor& sum, const at::Tensor& value) {
   else sum = value.clone();
 }
 
+// Float64 scalars (or one-element tensors) summed over every rank and read back to the host: one collective and
+// one read for all of them.
+std::vector<double> sums_over_ranks(dist::Strategy& strategy, const std::vector<at::Tensor>& scalars) {
+  std::vector<at::Tensor> parts;
+  for (const auto& t : scalars) parts.push_back(t.to(at::kDouble).reshape({1}));
+  std::vector<at::Tensor> packed{at::cat(parts)};
+  strategy.all_reduce_sum(packed);
+  const at::Tensor host = packed[0].cpu();
+  return {host.data_ptr<double>(), host.data_ptr<double>() + host.numel()};
+}
+
 }  // namespace
 
 // Sums over one logging window, kept as device tensors so that logging is the only synchronisation: the
@@ -149,12 +160,9 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   dist::Strategy& strategy = *options_.strategy;
   const double n = static_cast<double>(w.micro_batches) * strategy.world_size();
   // --- the window's one synchronisation: its sums (over every rank) and skip count come back from the device ---
-  std::vector<at::Tensor> parts{w.loss_sum.to(at::kDouble).reshape({1})};
-  for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum.to(at::kDouble).reshape({1}));
-  std::vector<at::Tensor> packed{at::cat(parts)};
-  strategy.all_reduce_sum(packed);
-  const at::Tensor sums = packed[0].cpu();
-  const double* sum = sums.data_ptr<double>();
+  std::vector<at::Tensor> parts{w.loss_sum};
+  for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
+  const std::vector<double> sum = sums_over_ranks(strategy, parts);
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
@@ -208,12 +216,9 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
   if (was_training) model_->train();
   // Every rank evaluated its own share: the sums and the weight are added up over ranks (one collective).
   const auto on_device = at::TensorOptions().dtype(at::kDouble).device(options_.device);
-  std::vector<at::Tensor> parts{at::full({1}, weight, on_device), loss_sum.defined() ? loss_sum.reshape({1}) : at::zeros({1}, on_device)};
-  for (const auto& [name, sum] : metric_sums) parts.push_back(sum.defined() ? sum.reshape({1}) : at::zeros({1}, on_device));
-  std::vector<at::Tensor> packed{at::cat(parts)};
-  options_.strategy->all_reduce_sum(packed);
-  const at::Tensor sums = packed[0].cpu();
-  const double* total = sums.data_ptr<double>();
+  std::vector<at::Tensor> parts{at::scalar_tensor(weight, on_device), loss_sum.defined() ? loss_sum : at::zeros({}, on_device)};
+  for (const auto& [name, sum] : metric_sums) parts.push_back(sum.defined() ? sum : at::zeros({}, on_device));
+  const std::vector<double> total = sums_over_ranks(*options_.strategy, parts);
   BELLOWS_CHECK_DATA(total[0] > 0, "the validation data produced no batches", "check the validation split and batch size");
   std::vector<std::pair<std::string, double>> values = {{"loss", total[1] / total[0]}};
   for (std::size_t i = 0; i < metric_sums.size(); ++i) values.emplace_back(metric_sums[i].first, total[i + 2] / total[0]);

@@ -20,14 +20,13 @@ std::atomic<int> g_forward{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free value");
 extern "C" void on_launch_signal(int sig) { g_forward.store(sig); }
 
-// This executable, so that `-- train ...` runs the same bellows as the launcher.
-std::string self_path() {
+}  // namespace
+
+std::string self_executable() {
   std::error_code ec;
   const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("bellows") : p.string();
 }
-
-}  // namespace
 
 Action register_launch(CLI::App& app) {
   auto o = std::make_shared<dist::LaunchOptions>();
@@ -56,7 +55,7 @@ Action register_launch(CLI::App& app) {
     o->command = rest;
     // A bellows command (train, ...) runs this bellows; anything else is a program of its own.
     if (rest.front().find('/') == std::string::npos && (rest.front() == "train" || rest.front() == "cv" || rest.front() == "predict")) {
-      o->command.insert(o->command.begin(), self_path());
+      o->command.insert(o->command.begin(), self_executable());
     }
     std::signal(SIGINT, on_launch_signal);
     std::signal(SIGTERM, on_launch_signal);

@@ -38,11 +38,7 @@ Action register_slurm(CLI::App& app) {
     const config::Config c = app::resolve_config(o->config, o->overrides);  // fails now, not in the queue
     o->job_name = config::get_string(c, "name");
     o->output_dir = config::get_string(c, "output_dir");
-    if (o->bellows == "bellows") {
-      std::error_code ec;
-      const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-      if (!ec) o->bellows = self.string();
-    }
+    if (o->bellows == "bellows") o->bellows = self_executable();
     const std::string script = app::slurm_script(*o);
     // SLURM opens --output before the script runs: the run directory must exist at submission.
     std::filesystem::create_directories(std::filesystem::path(o->output_dir) / o->job_name);

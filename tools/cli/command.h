@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace bellows::cli {
 
@@ -22,5 +23,9 @@ Action register_predict(CLI::App& app);
 Action register_cv(CLI::App& app);
 Action register_launch(CLI::App& app);
 Action register_slurm(CLI::App& app);
+
+// This bellows executable's path (/proc/self/exe), or "bellows" when it cannot be read: what `launch -- train`
+// starts and what `slurm` writes into the script.
+std::string self_executable();
 
 }  // namespace bellows::cli

@@ -6,6 +6,19 @@ install(TARGETS bellows EXPORT bellowsTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/bellows DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN "*.in" EXCLUDE)
+install(TARGETS bellows_c EXPORT bellowsTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+if(TARGET bellows_fortran)
+  install(TARGETS bellows_fortran EXPORT bellowsTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_BINARY_DIR}/fortran/bellows.mod ${PROJECT_SOURCE_DIR}/src/capi/fortran/bellows.f90
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/bellows/fortran)
+endif()
+# pkg-config: bellows (the C API) and bellows-fortran; relocatable (paths from the .pc file's own place).
+configure_file(${PROJECT_SOURCE_DIR}/cmake/bellows.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/bellows.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/bellows.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(TARGET bellows_fortran)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/bellows-fortran.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/bellows-fortran.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/bellows-fortran.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 if(TARGET bellows_cli)
   install(TARGETS bellows_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -42,6 +42,21 @@ std::string import_note(const models::WeightImport& w, const std::vector<std::st
                                          : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; ")));
 }
 
+void check_data_against_model(const config::Config& c, const data::Dataset& train) {
+  if (c.has("model.in_features") && train.size() > 0) {
+    const data::Batch one = data::first_sample(train);
+    BELLOWS_CHECK_CONFIG(one.tensors.count("x") > 0, fmt::format("the model reads inputs 'x', {} has none", train.name()),
+                         "name the input array x");
+    const std::int64_t width = one.at("x").size(-1);
+    BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,
+                         fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
+                                     config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
+                         "make the model's input width match the data");
+  }
+  const models::ModelEntry& entry = models::find_model(config::get_string(c, "model.name"));
+  if (entry.check_data) entry.check_data(c, train);
+}
+
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes,
                                bool load_imports) {
   models::BuiltModel built = models::find_model(config::get_string(config, "model.name")).build(config, context);

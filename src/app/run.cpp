@@ -9,6 +9,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
+#include "run_parts.h"
 #include "bellows/app/strategy_setup.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
@@ -31,19 +32,6 @@ using train::Trainer;
 using train::TrainerOptions;
 
 namespace {
-
-// The MLP's input width against the data's, before any step: a clear error instead of a shape mismatch
-// deep inside the first matmul.
-void check_model_input(const config::Config& c, const data::Dataset& train) {
-  if (!c.has("model.in_features")) return;
-  const data::Batch one = data::first_sample(train);
-  const at::Tensor& x = one.at("x");
-  const std::int64_t width = x.size(-1);
-  BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,
-                       fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
-                                   config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
-                       "make the model's input width match the data");
-}
 
 // `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
 // the first batch reach it through the probe.
@@ -77,8 +65,8 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
   return plan::plan_checkpointing(request, hw, p, probe);
 }
 
-// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
-// A resumed run continues in <output_dir>/<name>.
+}  // namespace
+
 fs::path make_run_dir(const config::Config& c) {
   const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
   fs::path dir = base;
@@ -92,6 +80,18 @@ fs::path make_run_dir(const config::Config& c) {
 }
 
 
+train::CheckpointOptions checkpoint_options(const config::Config& c, const fs::path& dir) {
+  train::CheckpointOptions co;
+  if (!config::get_bool(c, "checkpoint.enabled")) return co;
+  co.dir = dir / "checkpoints";
+  co.every_n_steps = config::get_int(c, "checkpoint.every_n_steps");
+  co.every_n_minutes = config::get_double(c, "checkpoint.every_n_minutes");
+  co.keep_last = config::get_int(c, "checkpoint.keep_last");
+  co.keep_best = config::get_bool(c, "checkpoint.keep_best");
+  co.at_end = config::get_bool(c, "checkpoint.at_end");
+  return co;
+}
+
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
@@ -102,8 +102,6 @@ std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareI
   for (const auto& e : p.entries) rows.emplace_back(e.key, fmt::format("{:<11} {}", e.value, e.reason));
   return rows;
 }
-
-}  // namespace
 
 plan::PlanRequest plan_request(const config::Config& c) {
   plan::PlanRequest r;
@@ -142,7 +140,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
 
   // --- data: datasets, samplers, prefetching loaders on the planned device ---
   Loaders loaders = make_loaders(c, p, options.stream, ranks.rank(), ranks.world_size());
-  check_model_input(c, *loaders.splits.train);
+  check_data_against_model(c, *loaders.splits.train);
 
   // --- model, task, trainer ---
   models::BuiltModel built = build_model(c, model_context(loaders.splits), &notes);
@@ -157,15 +155,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   TrainerOptions trainer_opts = trainer_options(c, p);
   trainer_opts.stop_flag = options.stop_flag;
   trainer_opts.strategy = strategy.strategy;
-  if (config::get_bool(c, "checkpoint.enabled")) {
-    auto& co = trainer_opts.checkpoint;
-    co.dir = dir / "checkpoints";
-    co.every_n_steps = config::get_int(c, "checkpoint.every_n_steps");
-    co.every_n_minutes = config::get_double(c, "checkpoint.every_n_minutes");
-    co.keep_last = config::get_int(c, "checkpoint.keep_last");
-    co.keep_best = config::get_bool(c, "checkpoint.keep_best");
-    co.at_end = config::get_bool(c, "checkpoint.at_end");
-  }
+  trainer_opts.checkpoint = checkpoint_options(c, dir);
   if (config::get_bool(c, "profile.enabled")) {
     auto& po = trainer_opts.profile;
     po.enabled = true;
@@ -218,7 +208,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
                                       world, ranks.world_size()));
         }
       }
-      trainer.restore(cp, *loaders.train, config::get_bool(c, "checkpoint.strict"));
+      trainer.restore(cp, loaders.train.get(), config::get_bool(c, "checkpoint.strict"));
       trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
     }
   }

@@ -135,6 +135,8 @@ config::Schema run_schema(const std::string& model_name) {
       .default_value(YAML::Load("[]"));
   s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
       .min(0).default_value(node(0.0));
+  s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")
+      .choices({"stdout", "stderr", "none"}).default_value(node("stdout"));
   s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
@@ -153,7 +155,14 @@ config::Schema run_schema(const std::string& model_name) {
 }
 
 config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
-  config::Config c = file ? config::Config::load(*file) : config::Config::parse(kDemoConfig, "<embedded demo>");
+  return resolve_loaded_config(file ? config::Config::load(*file) : config::Config::parse(kDemoConfig, "<embedded demo>"), args);
+}
+
+config::Config resolve_config_text(const std::string& yaml, const std::string& name, const std::vector<std::string>& args) {
+  return resolve_loaded_config(config::Config::parse(yaml, name), args);
+}
+
+config::Config resolve_loaded_config(config::Config c, const std::vector<std::string>& args) {
   c.apply_arguments(args, run_schema("mlp").aliases());
   std::string model = "mlp";
   if (c.has("model.name") && c.node("model.name").IsScalar()) model = c.node("model.name").as<std::string>();

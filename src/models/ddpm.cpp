@@ -213,7 +213,13 @@ class DdpmTask final : public Task {
 void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
   if (train.size() == 0) return;
   const data::Batch one = data::first_sample(train);
+  BELLOWS_CHECK_CONFIG(one.tensors.count("x") > 0,
+                       fmt::format("the ddpm needs inputs 'x' (the context values), {} has none", train.name()),
+                       "name the context array x");
   const at::Tensor& x = one.at("x");
+  BELLOWS_CHECK_DATA(at::isFloatingType(x.scalar_type()),
+                     fmt::format("the ddpm's inputs 'x' are {} in {}, expected floating point", c10::toString(x.scalar_type()), train.name()),
+                     "give the context values as float32 or float64");
   BELLOWS_CHECK_CONFIG(
       x.dim() == 2 && x.size(1) == o.context_features,
       fmt::format("model.context_features is {} but the data's inputs 'x' have shape {} per sample ({})",
@@ -223,6 +229,9 @@ void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
                        fmt::format("the ddpm needs targets 'y' (the fine values), {} has none", train.name()),
                        "name the fine-value array with data.npy.y");
   const at::Tensor& y = one.at("y");
+  BELLOWS_CHECK_DATA(at::isFloatingType(y.scalar_type()),
+                     fmt::format("the ddpm's targets 'y' are {} in {}, expected floating point", c10::toString(y.scalar_type()), train.name()),
+                     "give the fine values as float32 or float64");
   BELLOWS_CHECK_CONFIG(y.dim() == 2 && y.size(1) == o.out_features,
                        fmt::format("model.out_features is {} but the data's targets 'y' have shape {} per sample ({})",
                                    o.out_features, shape_of(y.sizes().slice(1)), train.name()),
@@ -257,6 +266,12 @@ ModelEntry ddpm_entry() {
     s.add("model.skip", Type::kBool,
           "add sqrt(1 - alpha_bar_t) x_t, the linear noise estimate, to the denoiser's output (unit-scale targets)")
         .default_value(YAML::Node(true));
+  };
+  e.check_data = [](const config::Config& c, const data::Dataset& train) {
+    DdpmOptions o;
+    o.context_features = config::get_int(c, "model.context_features");
+    o.out_features = config::get_int(c, "model.out_features");
+    check_data_widths(o, train);
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
     DdpmOptions o;

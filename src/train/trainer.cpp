@@ -116,6 +116,28 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   precision_->configure_backends();
   optimizer_ = std::make_unique<Optimizer>(bellows::named_parameters(*model_), options_.optimizer);
   if (options_.ema) ema_ = std::make_unique<Ema>(bellows::named_state(*model_), *options_.ema);
+  if (options_.sessions) {
+    // Sessions have no planned end: a schedule that decays over the run's steps must be told how many.
+    BELLOWS_CHECK_CONFIG(!uses_total_steps(options_.schedule.type) || options_.schedule.total_steps > 0,
+                         fmt::format("schedule.type is {}, which decays over schedule.total_steps, but online training has no "
+                                     "planned end and schedule.total_steps is 0", options_.schedule.type),
+                         "set schedule.total_steps (sessions x optimizer steps per session), or use schedule.type constant");
+    schedule_ = build_schedule(0);
+  }
+}
+
+std::unique_ptr<Schedule> Trainer::build_schedule(std::int64_t planned) {
+  ScheduleOptions schedule_options = options_.schedule;
+  if (schedule_options.mode == "auto") schedule_options.mode = task_->lower_is_better() ? "min" : "max";
+  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) {
+    schedule_options.total_steps = planned;
+    if (planned <= schedule_options.warmup_steps) {  // a short run (max_steps) inside the warmup
+      schedule_options.total_steps = schedule_options.warmup_steps + 1;
+      message(fmt::format("note: the run's {} optimizer steps end inside the {} warmup steps; the {} decay will not be reached",
+                          planned, schedule_options.warmup_steps, schedule_options.type));
+    }
+  }
+  return make_schedule(schedule_options, options_.optimizer.lr);
 }
 
 void Trainer::message(const std::string& text) {
@@ -231,28 +253,26 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   BELLOWS_CHECK_DATA(batches_per_epoch > 0, "the training data produced no batches",
                      "check the data source: fewer samples than one batch with drop_last?");
   const std::int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
-  std::int64_t planned = steps_per_epoch * options_.epochs;
-  if (options_.max_steps > 0) planned = std::min(planned, options_.max_steps);
+  if (options_.sessions) {  // a session starts at its data's beginning and plans from the steps taken so far
+    epoch_ = 0;
+    batches_in_epoch_ = 0;
+  }
+  if (options_.sessions) first_step_ = step_;
+  std::int64_t planned = first_step_ + steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) planned = std::min(planned, first_step_ + options_.max_steps);
 
   run_start_s_ = now_s();
   last_checkpoint_s_ = run_start_s_;
+  const std::int64_t samples_at_start = samples_;
   obs::RunStart start{run_name_, run_dir_, header_, options_.epochs, batches_per_epoch, planned};
   for (auto& sink : sinks_) sink->on_run_start(start);
 
-  // --- schedule: cosine/linear decay over the planned steps unless told otherwise ---
-  ScheduleOptions schedule_options = options_.schedule;
-  if (schedule_options.mode == "auto") schedule_options.mode = task_->lower_is_better() ? "min" : "max";
-  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) {
-    schedule_options.total_steps = planned;
-    if (planned <= schedule_options.warmup_steps) {  // a short run (max_steps) inside the warmup
-      schedule_options.total_steps = schedule_options.warmup_steps + 1;
-      message(fmt::format("note: the run's {} optimizer steps end inside the {} warmup steps; the {} decay will not be reached",
-                          planned, schedule_options.warmup_steps, schedule_options.type));
-    }
+  // --- schedule: cosine/linear decay over the planned steps unless told otherwise (sessions: built once) ---
+  if (!options_.sessions) schedule_ = build_schedule(planned);
+  if (!pending_schedule_state_.empty()) {
+    schedule_->load_state_dict(pending_schedule_state_);
+    pending_schedule_state_.clear();
   }
-  schedule_ = make_schedule(schedule_options, options_.optimizer.lr);
-  if (!pending_schedule_state_.empty()) schedule_->load_state_dict(pending_schedule_state_);
-
 
   FitResult result;
   const std::vector<at::Tensor> params = optimizer_->parameters();
@@ -347,10 +367,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       const bool stop = agreed[0], by_time = agreed[1];
       if (stop) {
         result.interrupted = done = true;
-        if (!co.dir.empty() && co.on_stop) result.checkpoint = save_checkpoint(train, "stop", /*wait=*/true);
+        if (!co.dir.empty() && co.on_stop) result.checkpoint = save_checkpoint(&train, "stop", /*wait=*/true);
       } else if (!co.dir.empty() && !done) {
         const bool by_steps = co.every_n_steps > 0 && step_ % co.every_n_steps == 0;
-        if (by_steps || by_time) result.checkpoint = save_checkpoint(train, by_steps ? "every_n_steps" : "every_n_minutes");
+        if (by_steps || by_time) result.checkpoint = save_checkpoint(&train, by_steps ? "every_n_steps" : "every_n_minutes");
       }
     }
     emit_step(window, epoch_, batches_in_epoch_, batches_per_epoch);
@@ -363,7 +383,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
   if (profiler.finish()) message(fmt::format("profile: the run ended while tracing; trace written to {}", options_.profile.path.string()));
   if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) {
-    result.checkpoint = save_checkpoint(train, "end", /*wait=*/true);
+    result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
   }
   finish_checkpoint_write();
 
@@ -371,6 +391,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   result.steps = step_;
   result.skipped_steps = precision_->skipped_steps() - skipped_at_start;
   result.samples = samples_;
+  result.new_samples = samples_ - samples_at_start;
   result.seconds = now_s() - run_start_s_;
   for (const auto& [name, value] : last_record_.values) {
     if (name == "loss") result.final_loss = value;
@@ -382,7 +403,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
                  {"epochs completed", fmt::format("{} of {}", result.epochs_completed, options_.epochs)},
                  {"samples", std::to_string(result.samples)},
                  {"wall time", fmt::format("{:.1f} s", result.seconds)},
-                 {"throughput", fmt::format("{:.1f} samples/s", result.samples / std::max(result.seconds, 1e-9))},
+                 {"throughput", fmt::format("{:.1f} samples/s", result.new_samples / std::max(result.seconds, 1e-9))},
                  {"final train loss", fmt::format("{:.6g}", result.final_loss)}};
   if (result.last_eval) end.summary.emplace_back("last eval " + monitor, fmt::format("{:.6g}", *result.last_eval));
   for (auto& sink : sinks_) sink->on_run_end(end);
@@ -462,6 +483,10 @@ void Trainer::load_state_dict(const StateDict& state) {
   optimizer_->load_state_dict(sub_dict(state, "optim"));
   precision_->load_state_dict(sub_dict(state, "precision"));
   pending_schedule_state_ = sub_dict(state, "schedule");  // the schedule is built when fit() knows the plan
+  if (schedule_ && !pending_schedule_state_.empty()) {     // sessions: built already
+    schedule_->load_state_dict(pending_schedule_state_);
+    pending_schedule_state_.clear();
+  }
   if (ema_) ema_->load_state_dict(sub_dict(state, "ema"));
   step_ = get_int(state, "counters.step");
   epoch_ = get_int(state, "counters.epoch");
@@ -469,7 +494,7 @@ void Trainer::load_state_dict(const StateDict& state) {
   samples_ = get_int(state, "counters.samples");
 }
 
-std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
+std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
   BELLOWS_CHECK(!options_.checkpoint.dir.empty(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
   // Replicas are equal: rank 0 writes. With other ranks it waits for the files itself, and the barrier lets no rank
   // go on, or exit, before the checkpoint is complete.
@@ -482,7 +507,7 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource& train, const s
   return path;
 }
 
-std::filesystem::path Trainer::write_checkpoint(data::BatchSource& train, const std::string& reason, bool wait) {
+std::filesystem::path Trainer::write_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
   finish_checkpoint_write();  // one write at a time; a failed one raises here
   const double start_s = now_s();
   // --- on the training thread: the host copy of everything (the only part the step waits for) ---
@@ -492,12 +517,14 @@ std::filesystem::path Trainer::write_checkpoint(data::BatchSource& train, const 
   // to_host copies: the background writer reads them while training goes on.
   c.model = to_host(model_tensors(*model_));
   StateDict state = state_dict();
-  merge_prefixed(state, "data", train.state_dict());
+  // Sessions never resume a data position (each starts at its data's beginning): none is stored.
+  if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());
   merge_prefixed(state, "rng", rng_state());
   c.state = to_host(state);
   c.info = options_.checkpoint_info;
   c.info["reason"] = reason;
   c.info["precision"] = options_.precision;
+  if (options_.sessions) c.info["online"] = true;
   if (last_eval_) c.info["monitor"] = {{"name", task_->monitor()}, {"value", *last_eval_}};
   const std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
   // The best checkpoint by the monitored metric survives pruning.
@@ -527,7 +554,7 @@ void Trainer::finish_checkpoint_write() {
   message(fmt::format("{}; written in the background in {:.1f} ms", pending_note_, 1e3 * write_s));
 }
 
-std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource& train, bool strict) {
+std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource* train, bool strict) {
   std::vector<std::string> differences = load_model_tensors(*model_, c.model, strict);
   if (!differences.empty()) {
     // A partial load (strict: false, e.g. a wider head): the optimizer state and data position belong to
@@ -546,7 +573,21 @@ std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::Batch
     merge_prefixed(state, "precision", precision_->state_dict());
   }
   load_state_dict(state);
-  train.load_state_dict(sub_dict(c.state, "data"));
+  const bool online = c.info.value("online", false);
+  if (online || options_.sessions) {
+    // No data position to continue: a session's data was a stream buffer's contents. Training goes on from the
+    // checkpoint's step over this run's data from its beginning, planning its epochs from there.
+    epoch_ = batches_in_epoch_ = 0;
+    first_step_ = step_;
+    if (online && !options_.sessions) {
+      message(fmt::format("the checkpoint comes from online training (sessions over a stream buffer): weights, optimizer, schedule, "
+                          "EMA and the step count ({}) continue; this run's data starts at its beginning, and train.epochs and "
+                          "train.max_steps count from step {}", step_, step_));
+    }
+  } else {
+    BELLOWS_CHECK(train != nullptr, "restore() of a run's checkpoint without its data source", "pass the training loader");
+    train->load_state_dict(sub_dict(c.state, "data"));
+  }
   load_rng_state(sub_dict(c.state, "rng"));
   if (c.info.contains("monitor")) last_eval_ = best_eval_ = c.info["monitor"]["value"].get<double>();
   return differences;

@@ -31,6 +31,10 @@ std::vector<std::string> import_weights(torch::nn::Module& model, const models::
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context,
                                std::vector<std::string>* notes = nullptr, bool load_imports = true);
 
+// The data's samples against the model's keys before the model exists: model.in_features against the inputs'
+// width, and the model's own check (ModelEntry::check_data). kConfig/kData errors naming key and shapes.
+void check_data_against_model(const config::Config& config, const data::Dataset& train);
+
 // The note for an import: "loaded <what> weights from <file>[; N tensors did not match: ...]".
 std::string import_note(const models::WeightImport& w, const std::vector<std::string>& differences);
 

@@ -21,6 +21,12 @@ config::Schema run_schema(const std::string& model_name);
 // Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates.
 config::Config resolve_config(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& args);
 
+// The same for a config given as YAML text (the C API's bellows_create_from_string); `name` stands for the
+// file in messages ("<config text>:3:5: ...").
+config::Config resolve_config_text(const std::string& yaml, const std::string& name, const std::vector<std::string>& args);
+// The same for a config already loaded.
+config::Config resolve_loaded_config(config::Config config, const std::vector<std::string>& args);
+
 // Validates a config read from elsewhere (a checkpoint's manifest) against the schema of its model.
 void validate_run_config(config::Config& config);
 

@@ -48,6 +48,9 @@ struct ModelEntry {
   std::string help;
   std::function<void(config::Schema&)> add_keys;                                 // declares model.* keys
   std::function<BuiltModel(const config::Config&, const ModelContext&)> build;  // reads validated model.* keys
+  // Optional: the data's samples against the model's keys, without building the model (kConfig/kData errors
+  // naming the key and both shapes). Online training calls it on the first samples a program pushes.
+  std::function<void(const config::Config&, const data::Dataset&)> check_data;
 };
 
 // Every registered model, sorted by name.

@@ -11,7 +11,8 @@ struct FitResult {
   std::int64_t steps = 0;           // optimizer steps taken, skipped ones included (as in PyTorch)
   std::int64_t skipped_steps = 0;   // of them, skipped on non-finite gradients (nothing changed by them)
   std::int64_t epochs_completed = 0;
-  std::int64_t samples = 0;
+  std::int64_t samples = 0;         // samples trained, those before a resume included
+  std::int64_t new_samples = 0;     // of them, trained by this fit() call (the throughput's numerator)
   double seconds = 0;
   double final_loss = 0;            // mean training loss over the last logging window
   std::optional<double> last_eval;  // the task's monitor metric at the last evaluation

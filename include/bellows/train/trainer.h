@@ -54,6 +54,11 @@ struct TrainerOptions {
   // lockstep; records, evaluation results and samples are global (summed over ranks), rank 0 alone writes
   // checkpoints, and every rank leaves save_checkpoint() once the checkpoint is complete.
   std::shared_ptr<dist::Strategy> strategy;
+  // Online training (app/online.h, the C API): each fit() is a session over the data it is given (`epochs`
+  // epochs of it, at most `max_steps` optimizer steps), continuing the step count, optimizer state, schedule,
+  // EMA and counters of the sessions before it; a session always starts at its data's first batch. The
+  // schedule is built once, here, so the step-based ones (cosine, linear) need schedule.total_steps.
+  bool sessions = false;
 };
 
 class Trainer {
@@ -85,13 +90,18 @@ class Trainer {
   // A checkpoint of everything needed to continue exactly: weights, this state_dict, the data position of
   // `train` and the RNG states, into options.checkpoint.dir (pruned to keep_last, plus the best). The
   // training thread makes host copies; a background thread writes the files (one write at a time), unless
-  // `wait`. Returns the checkpoint's path.
-  std::filesystem::path save_checkpoint(data::BatchSource& train, const std::string& reason, bool wait = false);
+  // `wait`. Returns the checkpoint's path. With `sessions`, no data position is stored (train may be null)
+  // and the manifest says "online": true.
+  std::filesystem::path save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait = false);
   // Waits for a background checkpoint write; rethrows its error.
   void finish_checkpoint_write();
   // The reverse, before fit(): weights (strict: all must match, else a kData error listing the differences),
-  // trainer state, the data position and the RNG states. Returns the differences when not strict.
-  std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource& train, bool strict = true);
+  // trainer state, the data position and the RNG states. Returns the differences when not strict. A checkpoint
+  // of online training ("online" in its manifest) has no data position: fit() then plans train.epochs and
+  // max_steps from its step, over `train` from the beginning; `train` may be null with `sessions`.
+  std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource* train, bool strict = true);
+
+  std::int64_t step() const { return step_; }  // optimizer steps taken, over all fit() calls and resumes
 
   // A warning or notice to every sink (console, metrics.jsonl): the run's own messages and those of whoever
   // assembled it (resume, weight imports, plan notes).
@@ -102,7 +112,9 @@ class Trainer {
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
-  std::filesystem::path write_checkpoint(data::BatchSource& train, const std::string& reason, bool wait);  // this rank's
+  // The schedule over `planned` optimizer steps (total_steps 0: those) with the mode of the task's monitor.
+  std::unique_ptr<Schedule> build_schedule(std::int64_t planned);
+  std::filesystem::path write_checkpoint(data::BatchSource* train, const std::string& reason, bool wait);  // this rank's
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;
@@ -120,6 +132,7 @@ class Trainer {
   std::int64_t epoch_ = 0;           // current epoch
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
   std::int64_t samples_ = 0;
+  std::int64_t first_step_ = 0;      // fit() plans from here: 0, or where a session or an online checkpoint began
   double run_start_s_ = 0;
   obs::StepRecord last_record_;
   StateDict pending_schedule_state_;  // loaded before fit() builds the schedule

@@ -123,7 +123,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
     auto data_c = loader();
     const auto latest = ckpt::find_latest_valid(dir);
     ASSERT_TRUE(latest.has_value());
-    c.restore(ckpt::load_checkpoint(*latest), *data_c);
+    c.restore(ckpt::load_checkpoint(*latest), data_c.get());
     const FitResult rc = c.fit(*data_c);
     EXPECT_EQ(rc.steps, 63) << "stopped at " << stop;
     EXPECT_EQ(rc.final_loss, ra.final_loss) << "stopped at " << stop;
@@ -135,7 +135,7 @@ TEST(Resume, StoppedAndResumedRunIsBitwiseTheUninterruptedOne) {
       // step 40 was written by the background writer (every_n_steps) while the run went on.
       Trainer d(make_resume_mlp(5), task(), options(fresh("d")));
       auto data_d = loader();
-      d.restore(ckpt::load_checkpoint(dir / ckpt::checkpoint_name(40)), *data_d);
+      d.restore(ckpt::load_checkpoint(dir / ckpt::checkpoint_name(40)), data_d.get());
       d.fit(*data_d);
       for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(d.state_dict().at(key))) << key << " resumed from step 40";
     }
@@ -154,7 +154,7 @@ TEST(Resume, ShapeMismatchListsTheTensors) {
   Trainer wider(make_resume_mlp(1, 32), task(), o);
   auto d2 = loader();
   try {
-    wider.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d2);
+    wider.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), d2.get());
     ADD_FAILURE() << "a wider model accepted the checkpoint";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kData);
@@ -162,7 +162,7 @@ TEST(Resume, ShapeMismatchListsTheTensors) {
   }
   Trainer lenient(make_resume_mlp(1, 32), task(), o);
   auto d3 = loader();
-  const auto differences = lenient.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), *d3, /*strict=*/false);
+  const auto differences = lenient.restore(ckpt::load_checkpoint(*ckpt::find_latest_valid(dir)), d3.get(), /*strict=*/false);
   EXPECT_FALSE(differences.empty());
 }
 
@@ -207,7 +207,7 @@ TEST(Resume, CheckpointTensorsAreCpuTensorsLoadedOntoTheModelsDevice) {
     std::map<std::string, const void*> storage;
     for (const auto& p : model->named_parameters()) storage[p.key()] = p.value().data_ptr();
     auto d = loader();
-    t.restore(cp, *d);
+    t.restore(cp, d.get());
     for (const auto& p : model->named_parameters()) {
       EXPECT_EQ(p.value().device(), device) << p.key();
       EXPECT_EQ(p.value().data_ptr(), storage[p.key()]) << p.key() << ": loaded in place, the optimizer's references hold";

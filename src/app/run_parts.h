@@ -1,0 +1,26 @@
+// Pieces of app::run() that online training (app/online.h) assembles too. Private to app/.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bellows/config/config.h"          // defines: Config
+#include "bellows/hw/hardware_info.h"       // defines: HardwareInfo
+#include "bellows/plan/plan.h"              // defines: Plan
+#include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
+
+namespace bellows::app {
+
+// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
+// A resumed run (resume: set) continues in <output_dir>/<name>. kResource error when it cannot be made.
+std::filesystem::path make_run_dir(const config::Config& config);
+
+// The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
+train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
+
+// The console header: the machine, the GPUs and every plan row with its reason.
+std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& plan);
+
+}  // namespace bellows::app

@@ -352,24 +352,36 @@ contains
     end do
   end function
 
+  ! x and y as the tensors "x" and "y": one sample (block false) or a block of samples.
+  integer function push_xy(trainer, x, x_shape, y, y_shape, dtype, block) result(status)
+    type(bellows_trainer), intent(in) :: trainer
+    type(c_ptr), intent(in) :: x, y
+    integer, intent(in) :: x_shape(:), y_shape(:)
+    integer(c_int32_t), intent(in) :: dtype
+    logical, intent(in) :: block
+    type(c_tensor) :: tensors(2)
+    tensors(1) = describe(c_loc(name_x), x, dtype, x_shape)
+    tensors(2) = describe(c_loc(name_y), y, dtype, y_shape)
+    if (block) then
+      status = int(c_push_block(trainer%handle, tensors, 2_c_int32_t))
+    else
+      status = int(c_push(trainer%handle, tensors, 2_c_int32_t))
+    end if
+  end function
+
+  ! (Fortran has no generics over kinds and ranks: one short wrapper per kind and rank.)
   subroutine push_sample_real32(trainer, x, y, status)
     type(bellows_trainer), intent(in) :: trainer
     real(c_float), intent(in), target, contiguous :: x(:), y(:)
     integer, intent(out) :: status
-    type(c_tensor) :: tensors(2)
-    tensors(1) = describe(c_loc(name_x), c_loc(x), FLOAT32, shape(x))
-    tensors(2) = describe(c_loc(name_y), c_loc(y), FLOAT32, shape(y))
-    status = int(c_push(trainer%handle, tensors, 2_c_int32_t))
+    status = push_xy(trainer, c_loc(x), shape(x), c_loc(y), shape(y), FLOAT32, .false.)
   end subroutine
 
   subroutine push_sample_real64(trainer, x, y, status)
     type(bellows_trainer), intent(in) :: trainer
     real(c_double), intent(in), target, contiguous :: x(:), y(:)
     integer, intent(out) :: status
-    type(c_tensor) :: tensors(2)
-    tensors(1) = describe(c_loc(name_x), c_loc(x), FLOAT64, shape(x))
-    tensors(2) = describe(c_loc(name_y), c_loc(y), FLOAT64, shape(y))
-    status = int(c_push(trainer%handle, tensors, 2_c_int32_t))
+    status = push_xy(trainer, c_loc(x), shape(x), c_loc(y), shape(y), FLOAT64, .false.)
   end subroutine
 
   ! x(features, n), y(values, n): n samples (the C blocks x [n, features], y [n, values]).
@@ -377,20 +389,14 @@ contains
     type(bellows_trainer), intent(in) :: trainer
     real(c_float), intent(in), target, contiguous :: x(:, :), y(:, :)
     integer, intent(out) :: status
-    type(c_tensor) :: tensors(2)
-    tensors(1) = describe(c_loc(name_x), c_loc(x), FLOAT32, shape(x))
-    tensors(2) = describe(c_loc(name_y), c_loc(y), FLOAT32, shape(y))
-    status = int(c_push_block(trainer%handle, tensors, 2_c_int32_t))
+    status = push_xy(trainer, c_loc(x), shape(x), c_loc(y), shape(y), FLOAT32, .true.)
   end subroutine
 
   subroutine push_block_real64(trainer, x, y, status)
     type(bellows_trainer), intent(in) :: trainer
     real(c_double), intent(in), target, contiguous :: x(:, :), y(:, :)
     integer, intent(out) :: status
-    type(c_tensor) :: tensors(2)
-    tensors(1) = describe(c_loc(name_x), c_loc(x), FLOAT64, shape(x))
-    tensors(2) = describe(c_loc(name_y), c_loc(y), FLOAT64, shape(y))
-    status = int(c_push_block(trainer%handle, tensors, 2_c_int32_t))
+    status = push_xy(trainer, c_loc(x), shape(x), c_loc(y), shape(y), FLOAT64, .true.)
   end subroutine
 
   subroutine bellows_buffered(trainer, samples, status)
@@ -448,6 +454,17 @@ contains
     end if
   end function
 
+  integer function predict_into(trainer, context, context_shape, out, out_shape, options) result(status)
+    type(bellows_trainer), intent(in) :: trainer
+    type(c_ptr), intent(in) :: context, out
+    integer, intent(in) :: context_shape(:), out_shape(:)
+    type(c_predict_options), intent(in) :: options
+    type(c_tensor) :: input, output
+    input = describe(c_null_ptr, context, FLOAT32, context_shape)
+    output = describe(c_null_ptr, out, FLOAT32, out_shape)
+    status = int(c_predict(trainer%handle, input, output, int(product(out_shape), c_int64_t), options))
+  end function
+
   ! context(features, rows) -> out(values, rows): one ddpm sample per row (or the model's outputs).
   ! ema absent: the EMA weights when the run has them.
   subroutine predict_rank2(trainer, context, out, status, seed, steps, eta, ema)
@@ -459,11 +476,8 @@ contains
     integer, intent(in), optional :: steps
     real(real64), intent(in), optional :: eta
     logical, intent(in), optional :: ema
-    type(c_tensor) :: input, output
-    input = describe(c_null_ptr, c_loc(context), FLOAT32, shape(context))
-    output = describe(c_null_ptr, c_loc(out), FLOAT32, shape(out))
-    status = int(c_predict(trainer%handle, input, output, int(size(out), c_int64_t), &
-                           predict_options(1, seed, steps, eta, ema)))
+    status = predict_into(trainer, c_loc(context), shape(context), c_loc(out), shape(out), &
+                          predict_options(1, seed, steps, eta, ema))
   end subroutine
 
   ! context(features, rows) -> out(values, nsamples, rows): nsamples ddpm draws per row.
@@ -476,11 +490,8 @@ contains
     integer, intent(in), optional :: steps
     real(real64), intent(in), optional :: eta
     logical, intent(in), optional :: ema
-    type(c_tensor) :: input, output
-    input = describe(c_null_ptr, c_loc(context), FLOAT32, shape(context))
-    output = describe(c_null_ptr, c_loc(out), FLOAT32, shape(out))
-    status = int(c_predict(trainer%handle, input, output, int(size(out), c_int64_t), &
-                           predict_options(size(out, 2), seed, steps, eta, ema)))
+    status = predict_into(trainer, c_loc(context), shape(context), c_loc(out), shape(out), &
+                          predict_options(size(out, 2), seed, steps, eta, ema))
   end subroutine
 
   ! A checkpoint now; path (optional) receives its directory.

@@ -184,6 +184,24 @@ TEST(Online, SessionsContinueTheStepCountAndARestoreChangesNothingWhenItFails) {
   EXPECT_EQ(restarted.train().fit.steps, 14);
 }
 
+TEST(Online, OtherModelsPredictTheirOutputs) {
+  // An MLP regression learns y = sum(x) online; predict is its forward pass, with the EMA weights when asked.
+  OnlineTrainer t(online_config({"data.source=stream", "model.name=mlp", "model.in_features=4", "model.hidden=[16]",
+                                 "data.batch_size=32", "data.val_fraction=0", "train.epochs=20", "online.console=none",
+                                 "schedule.type=constant", "optim.lr=0.01", "data.stream.ready_samples=256",
+                                 "output_dir=" + online_dir("online_mlp").string()}));
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({256, 4});
+  t.push_many({{"x", x}, {"y", x.sum(1, true)}});
+  t.train();
+  const at::Tensor probe = at::randn({8, 4});
+  const at::Tensor y = t.predict(probe);
+  EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{8, 1}));
+  EXPECT_LT((y - probe.sum(1, true)).abs().max().item<float>(), 0.5f);
+  const Error no_ema = test_support::error_from([&] { t.predict(probe, {}, true); });
+  EXPECT_NE(no_ema.message().find("no EMA"), std::string::npos) << no_ema.message();
+}
+
 TEST(Online, ConfigErrorsNameTheKey) {
   // A decaying schedule needs an end; online training has none.
   const Error cosine = test_support::error_from([] { OnlineTrainer t(ddpm_online("online_cosine", {"schedule.type=cosine"})); });

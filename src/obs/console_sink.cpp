@@ -30,6 +30,16 @@ std::string values_text(const Values& values) {
   return out;
 }
 
+// " (data 2% copy 0% forward 31% backward 48% optimizer 17% other 2%)": where the window's step time went.
+std::string phases_text(const Values& phase_ms) {
+  double total = 0;
+  for (const auto& [phase, ms] : phase_ms) total += ms;
+  if (total <= 0) return "";
+  std::string out;
+  for (const auto& [phase, ms] : phase_ms) out += fmt::format("{}{} {:.0f}%", out.empty() ? " (" : " ", phase, 100 * ms / total);
+  return out + ")";
+}
+
 }  // namespace
 
 std::string format_table(const std::vector<std::pair<std::string, std::string>>& rows, int indent) {
@@ -62,9 +72,9 @@ void ConsoleSink::on_step(const StepRecord& r) {
                duration(eta));
     bar_open_ = true;
   } else {
-    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} lr {} {:.1f} samples/s {:.1f} ms/step\n", r.epoch + 1, epochs_,
+    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} lr {} {:.1f} samples/s {:.1f} ms/step{}\n", r.epoch + 1, epochs_,
                r.batch_in_epoch, r.batches_per_epoch, r.step, values_text(r.values), value_text(r.lr), r.samples_per_s,
-               r.step_time_ms);
+               r.step_time_ms, phases_text(r.phase_ms));
   }
   std::fflush(out_);
 }

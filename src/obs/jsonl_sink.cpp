@@ -46,6 +46,12 @@ void JsonlSink::on_step(const StepRecord& r) {
                       {"elapsed_s", r.elapsed_s}, {"samples_per_s", r.samples_per_s},
                       {"step_time_ms", r.step_time_ms}, {"lr", r.lr}};
   for (const auto& [k, v] : r.values) j[k] = v;
+  double total = 0;
+  for (const auto& [phase, ms] : r.phase_ms) total += ms;
+  for (const auto& [phase, ms] : r.phase_ms) {
+    j["time_" + phase + "_ms"] = ms;
+    j["time_" + phase + "_frac"] = total > 0 ? ms / total : 0.0;
+  }
   write_line(j.dump());
 }
 

@@ -13,6 +13,7 @@
 #include <future>
 
 #include "bellows/obs/memory.h"
+#include "bellows/obs/phase_clock.h"
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
@@ -68,6 +69,7 @@ struct Trainer::Window {
   std::int64_t samples = 0;
   double start_s = 0;
   double epoch_start_s = 0;
+  obs::PhaseClock* clock = nullptr;  // fit()'s: the window's time by phase
 
   void add(const StepOutput& out) {
     accumulate(loss_sum, out.loss.detach().to(at::kFloat));
@@ -202,6 +204,13 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
     r.values.emplace_back("mem_peak_mb", static_cast<double>(mem.peak_bytes) / 1e6);
     obs::reset_peak(options_.device);
   }
+  // Where the window's time went, per optimizer step (obs/phase_clock.h); read after the sync above.
+  if (w.clock != nullptr) {
+    const std::array<double, obs::kPhases> ms = w.clock->take();
+    for (std::size_t i = 0; i < obs::kPhases; ++i) {
+      r.phase_ms.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), ms[i] / std::max<std::int64_t>(w.optimizer_calls, 1));
+    }
+  }
   for (auto& sink : sinks_) sink->on_step(r);
   last_record_ = r;
   w.reset(t, step_, skipped);  // keeps epoch_start_s
@@ -281,6 +290,8 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   const std::int64_t world = strategy.world_size();
   const std::string monitor = task_->monitor();
   Window window;
+  obs::PhaseClock clock(options_.device);
+  window.clock = &clock;
   obs::StepProfiler profiler(options_.profile);
   const std::int64_t skipped_at_start = precision_->skipped_steps();
   model_->train();
@@ -295,6 +306,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (micro == 0) break;
 
       // --- forward and backward over the micro-batches of one optimizer step ---
+      clock.lap(obs::Phase::kOther);  // since the last step's optimizer: records, evaluation, checkpoints
       profiler.before_step(step_);
       strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
       for (std::int64_t i = 0; i < micro; ++i) {
@@ -303,14 +315,17 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           RECORD_USER_SCOPE("bellows::data");
           batch = train.next();
         }
+        clock.lap(obs::Phase::kData);
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
         const data::Batch b = to_device(*batch, options_);
+        clock.lap(obs::Phase::kCopy);
         StepOutput out;
         {
           RECORD_USER_SCOPE("bellows::forward");
           auto autocast = precision_->autocast();
           out = task_->step(*model_, b);
         }
+        clock.lap(obs::Phase::kForward);
         {
           // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
           // samples give the gradient of one batch of k*b samples.
@@ -320,6 +335,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           if (i + 1 < micro) local.emplace(strategy.no_sync());
           strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro)));
         }
+        clock.lap(obs::Phase::kBackward);
         window.add(out);
         window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
         samples_ += b.size * world;
@@ -344,6 +360,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         if (ema_) ema_->update(step_, skipped);
         accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
       }
+      clock.lap(obs::Phase::kOptimizer);
       ++window.optimizer_calls;
 
       if (profiler.after_step(step_)) message(fmt::format("profile: trace of {} steps written to {}", options_.profile.steps, options_.profile.path.string()));

@@ -32,6 +32,10 @@ struct StepRecord {
   double step_time_ms = 0;           // mean over the logging window
   double lr = 0;
   Values values;                     // loss, metrics, grad_norm, loss_scale, skipped_steps ... (window means)
+  // Where a step's time went, in ms per optimizer step (window means), by phase: data, copy, forward, backward,
+  // optimizer, other (obs/phase_clock.h). Their sum is the window's wall time per step, up to the record's own
+  // reading; empty when not measured.
+  Values phase_ms;
 };
 
 struct EvalRecord {

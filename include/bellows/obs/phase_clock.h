@@ -1,0 +1,45 @@
+// Where a training step's time goes, measured in every run without extra synchronisation: the step is cut into
+// phases (waiting for data, the host-to-device copy, forward, backward, optimizer, and the rest: logging,
+// evaluation, checkpoints), and each lap adds the time since the previous mark to one phase. On the CPU the
+// laps read the wall clock (the ops ran when the call returned). On CUDA the device phases (copy, forward,
+// backward, optimizer, other) are CUDA events recorded on the current stream and read when the window is taken,
+// after the trainer's one synchronisation per logging window; waiting for data is host time on every device.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace bellows::obs {
+
+enum class Phase : std::size_t { kData, kCopy, kForward, kBackward, kOptimizer, kOther };
+inline constexpr std::size_t kPhases = 6;
+// "data", "copy", "forward", "backward", "optimizer", "other".
+const char* phase_name(Phase phase);
+
+class PhaseClock {
+ public:
+  explicit PhaseClock(c10::Device device);
+  ~PhaseClock();
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+
+  void mark();            // the start of what the next lap measures
+  void lap(Phase phase);  // the time since the last mark (or lap) goes to `phase`
+  // The milliseconds per phase since the last take() (or construction); on CUDA, waits for the window's events.
+  std::array<double, kPhases> take();
+
+ private:
+  struct DeviceEvents;  // CUDA: the window's events, read in take()
+  using Clock = std::chrono::steady_clock;
+  c10::Device device_;
+  Clock::time_point last_;
+  std::array<double, kPhases> host_ms_{};
+  std::unique_ptr<DeviceEvents> events_;
+};
+
+}  // namespace bellows::obs

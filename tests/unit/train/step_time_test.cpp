@@ -1,0 +1,103 @@
+// Where a step's time goes (obs/phase_clock.h): laps go to their phases, and the trainer's per-window breakdown
+// adds up to the window's step time and finds a slow data source.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <thread>
+
+#include "bellows/data/synthetic.h"
+#include "bellows/data/tensor_source.h"
+#include "bellows/models/mlp.h"
+#include "bellows/models/tasks.h"
+#include "bellows/obs/phase_clock.h"
+#include "bellows/train/trainer.h"
+
+namespace bellows::train {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(PhaseClock, LapsGoToTheirPhasesAndTakeStartsAnew) {
+  obs::PhaseClock clock(c10::Device(c10::kCPU));
+  clock.mark();
+  std::this_thread::sleep_for(20ms);
+  clock.lap(obs::Phase::kData);
+  std::this_thread::sleep_for(10ms);
+  clock.lap(obs::Phase::kForward);
+  clock.lap(obs::Phase::kBackward);
+  const auto ms = clock.take();
+  EXPECT_GE(ms[static_cast<std::size_t>(obs::Phase::kData)], 20.0);
+  EXPECT_LT(ms[static_cast<std::size_t>(obs::Phase::kData)], 200.0);
+  EXPECT_GE(ms[static_cast<std::size_t>(obs::Phase::kForward)], 10.0);
+  EXPECT_LT(ms[static_cast<std::size_t>(obs::Phase::kBackward)], 5.0);
+  EXPECT_EQ(ms[static_cast<std::size_t>(obs::Phase::kOptimizer)], 0.0);
+  const auto again = clock.take();
+  EXPECT_EQ(std::accumulate(again.begin(), again.end(), 0.0), 0.0);
+  EXPECT_STREQ(obs::phase_name(obs::Phase::kOther), "other");
+}
+
+// A data source that takes `delay` per batch (a slow disk or decoder).
+class SlowBatches final : public data::BatchSource {
+ public:
+  SlowBatches(data::TensorSource inner, std::chrono::milliseconds delay) : inner_(std::move(inner)), delay_(delay) {}
+  void start_epoch(std::int64_t epoch) override { inner_.start_epoch(epoch); }
+  std::optional<data::Batch> next() override {
+    std::this_thread::sleep_for(delay_);
+    return inner_.next();
+  }
+  std::int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
+  std::int64_t remaining_in_epoch() const override { return inner_.remaining_in_epoch(); }
+  std::int64_t samples() const override { return inner_.samples(); }
+  StateDict state_dict() const override { return inner_.state_dict(); }
+  void load_state_dict(const StateDict& s) override { inner_.load_state_dict(s); }
+
+ private:
+  data::TensorSource inner_;
+  std::chrono::milliseconds delay_;
+};
+
+struct PhaseRecorder : obs::Sink {
+  std::vector<obs::StepRecord> steps;
+  void on_step(const obs::StepRecord& r) override { steps.push_back(r); }
+};
+
+TEST(StepTime, TheBreakdownAddsUpToTheStepTimeAndFindsSlowData) {
+  torch::manual_seed(0);
+  models::MlpOptions mo;
+  mo.in_features = 8;
+  mo.hidden = {32};
+  auto model = std::make_shared<models::MlpImpl>(mo);
+  auto task = models::make_regression_task([](torch::nn::Module& m, const at::Tensor& x) { return static_cast<models::MlpImpl&>(m).forward(x); });
+  data::SyntheticOptions so;
+  so.samples = 320;
+  so.features = 8;
+  data::TensorSourceOptions to;
+  to.batch_size = 16;
+  SlowBatches slow(data::TensorSource(data::make_synthetic(so), to), 4ms);
+  TrainerOptions o;
+  o.schedule.type = "constant";
+  o.log_every_n_steps = 5;
+  o.accumulation_steps = 2;  // phases summed over micro-batches
+  Trainer trainer(model, task, o);
+  auto recorder = std::make_shared<PhaseRecorder>();
+  trainer.add_sink(recorder);
+  trainer.fit(slow);
+  ASSERT_EQ(recorder->steps.size(), 2u);  // 10 optimizer steps, a record every 5
+  for (const auto& r : recorder->steps) {
+    ASSERT_EQ(r.phase_ms.size(), obs::kPhases);
+    double sum = 0;
+    for (const auto& [phase, ms] : r.phase_ms) {
+      EXPECT_GE(ms, 0.0) << phase;
+      sum += ms;
+    }
+    // The stated tolerance: within 10% of the step time, or 0.5 ms (the record's own reading falls between windows).
+    EXPECT_NEAR(sum, r.step_time_ms, std::max(0.1 * r.step_time_ms, 0.5)) << "step " << r.step;
+    EXPECT_EQ(r.phase_ms[0].first, "data");
+    EXPECT_GE(r.phase_ms[0].second, 2 * 4.0);  // two micro-batches of 4 ms each per optimizer step
+    EXPECT_GT(r.phase_ms[0].second / sum, 0.5) << "a 4 ms-per-batch source dominates a tiny MLP's step";
+  }
+}
+
+}  // namespace
+}  // namespace bellows::train

@@ -24,6 +24,7 @@
 #include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
+#include "bellows/obs/tensorboard_sink.h"
 #include "bellows/train/trainer.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
@@ -156,6 +157,7 @@ void OnlineTrainer::construct(const config::Config& c) {
   const std::string console = config::get_string(c, "online.console");
   if (console != "none") p.trainer->add_sink(std::make_shared<obs::ConsoleSink>(console == "stderr" ? stderr : stdout));
   p.trainer->add_sink(std::make_shared<obs::JsonlSink>(run_dir_ / "metrics.jsonl"));
+  if (config::get_bool(c, "log.tensorboard")) p.trainer->add_sink(std::make_shared<obs::TensorBoardSink>(run_dir_));
   p.trainer->add_sink(p.latest);
   for (const auto& note : notes) p.trainer->message(note);
 

@@ -19,6 +19,7 @@
 #include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
+#include "bellows/obs/tensorboard_sink.h"
 #include "bellows/obs/memory.h"
 #include "bellows/plan/checkpointing.h"
 #include "bellows/plan/plan.h"
@@ -183,6 +184,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   if (ranks.is_main()) {
     if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
     trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
+    if (config::get_bool(c, "log.tensorboard")) trainer.add_sink(std::make_shared<obs::TensorBoardSink>(dir));
   }
   for (const auto& note : notes) trainer.message(note);
 

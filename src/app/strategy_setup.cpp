@@ -1,6 +1,8 @@
 // The run's strategy; see strategy_setup.h.
 #include "bellows/app/strategy_setup.h"
 
+#include "bellows/config/schema.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 

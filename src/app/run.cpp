@@ -93,6 +93,36 @@ train::CheckpointOptions checkpoint_options(const config::Config& c, const fs::p
   return co;
 }
 
+obs::ProfileOptions profile_options(const config::Config& c, const fs::path& dir) {
+  obs::ProfileOptions po;
+  po.start_step = config::get_int(c, "profile.start_step");
+  po.steps = config::get_int(c, "profile.steps");
+  // profile.window "N-M" (--profile N-M): optimizer steps N to M, counted from 1, traced.
+  if (const std::string window = config::get_string(c, "profile.window"); !window.empty()) {
+    const auto dash = window.find('-');
+    std::int64_t first = 0, last = 0;
+    bool ok = dash != std::string::npos;
+    try {
+      std::size_t used = 0;
+      if (ok) first = std::stoll(window.substr(0, dash), &used), ok = used == dash;
+      if (ok) last = std::stoll(window.substr(dash + 1), &used), ok = used == window.size() - dash - 1;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    BELLOWS_CHECK_CONFIG(ok && first >= 1 && last >= first,
+                         fmt::format("profile.window is '{}' ({}), expected N-M with 1 <= N <= M", window, c.origin("profile.window").str()),
+                         "give the optimizer steps to trace, counted from 1: --profile 5-7");
+    po.enabled = true;
+    po.start_step = first - 1;
+    po.steps = last - first + 1;
+  }
+  po.enabled = po.enabled || config::get_bool(c, "profile.enabled");
+  po.record_shapes = config::get_bool(c, "profile.record_shapes");
+  po.profile_memory = config::get_bool(c, "profile.memory");
+  po.path = dir / "trace.json";
+  return po;
+}
+
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
@@ -157,15 +187,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   trainer_opts.stop_flag = options.stop_flag;
   trainer_opts.strategy = strategy.strategy;
   trainer_opts.checkpoint = checkpoint_options(c, dir);
-  if (config::get_bool(c, "profile.enabled")) {
-    auto& po = trainer_opts.profile;
-    po.enabled = true;
-    po.start_step = config::get_int(c, "profile.start_step");
-    po.steps = config::get_int(c, "profile.steps");
-    po.record_shapes = config::get_bool(c, "profile.record_shapes");
-    po.profile_memory = config::get_bool(c, "profile.memory");
-    po.path = dir / "trace.json";
-  }
+  trainer_opts.profile = profile_options(c, dir);
   trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
   const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);

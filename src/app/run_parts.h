@@ -8,6 +8,7 @@
 
 #include "bellows/config/config.h"          // defines: Config
 #include "bellows/hw/hardware_info.h"       // defines: HardwareInfo
+#include "bellows/obs/profile.h"             // defines: ProfileOptions
 #include "bellows/plan/plan.h"              // defines: Plan
 #include "bellows/train/checkpointing.h"    // defines: CheckpointOptions
 
@@ -19,6 +20,9 @@ std::filesystem::path make_run_dir(const config::Config& config);
 
 // The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
 train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
+
+// The profile.* keys (profile.window "N-M": steps N to M, from 1) with the trace in <dir>/trace.json.
+obs::ProfileOptions profile_options(const config::Config& config, const std::filesystem::path& dir);
 
 // The console header: the machine, the GPUs and every plan row with its reason.
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& plan);

@@ -128,6 +128,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("profile.enabled", Type::kBool, "write a Chrome trace of some training steps to <run dir>/trace.json").default_value(node(false));
   s.add("profile.start_step", Type::kInt, "optimizer steps before the trace starts (skip warm-up)").min(0).default_value(node(5));
   s.add("profile.steps", Type::kInt, "optimizer steps traced").min(1).default_value(node(3));
+  s.add("profile.window", Type::kString, "N-M: trace optimizer steps N to M (from 1); sets profile.enabled, start_step and steps")
+      .default_value(node(""));
   s.add("profile.record_shapes", Type::kBool, "record operator input shapes").default_value(node(true));
   s.add("profile.memory", Type::kBool, "record tensor allocations").default_value(node(false));
   s.add("checkpointing", Type::kStringList,
@@ -150,7 +152,7 @@ config::Schema run_schema(const std::string& model_name) {
            {"--clip-max-norm", "train.clip_max_norm"}, {"--seed", "seed"}, {"--output-dir", "output_dir"},
            {"--max-steps", "train.max_steps"}, {"--name", "name"}, {"--threads", "threads"},
            {"--workers", "data.workers"}, {"--prefetch", "data.prefetch"}, {"--data", "data.path"},
-           {"--resume", "resume"}}) {
+           {"--resume", "resume"}, {"--profile", "profile.window"}}) {
     s.alias(flag, key);
   }
   return s;

@@ -2,6 +2,11 @@
 // allocator keeps no statistics (its profiler hook reports only to a thread-local profiler state).
 #include "bellows/obs/memory.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -128,6 +133,21 @@ void release_cached_memory(c10::Device device) {
   } else {
     malloc_trim(0);
   }
+}
+
+ProcessMemory process_memory() {
+  ProcessMemory m;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    // "VmRSS:     123456 kB"
+    auto field = [&](const char* key) -> std::int64_t {
+      if (line.rfind(key, 0) != 0) return -1;
+      return std::strtoll(line.c_str() + std::strlen(key), nullptr, 10) * 1024;
+    };
+    if (const std::int64_t v = field("VmRSS:"); v >= 0) m.rss_bytes = v;
+    if (const std::int64_t v = field("VmHWM:"); v >= 0) m.peak_rss_bytes = v;
+  }
+  return m;
 }
 
 }  // namespace bellows::obs

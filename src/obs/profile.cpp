@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <algorithm>
+#include <map>
+
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically_via
 #include "bellows/util/check.h"
 
@@ -70,6 +73,84 @@ void StepProfiler::stop_and_write() {
                            "check that the run directory is writable");
   });
   written_ = true;
+  std::vector<TracedEvent> events;
+  for (const auto& e : result->events()) {
+    if (e.endNs() <= e.startNs()) continue;
+    const bool device = e.deviceType() != c10::DeviceType::CPU;
+    events.push_back(TracedEvent{e.name(), device ? static_cast<std::uint64_t>(e.deviceResourceId()) : e.startThreadId(),
+                                 e.startNs(), e.endNs(), device});
+  }
+  top_operators_ = top_operators_table(events);
+}
+
+namespace {
+
+struct OperatorTotals {
+  std::int64_t calls = 0;
+  double total_us = 0, self_us = 0;
+};
+
+std::string operator_rows(const std::map<std::string, OperatorTotals>& totals, std::size_t top, const char* title, bool device) {
+  std::vector<std::pair<std::string, OperatorTotals>> rows(totals.begin(), totals.end());
+  double all_self = 0;
+  for (const auto& [name, t] : rows) all_self += t.self_us;
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  std::string out = fmt::format("{}\n  {:<44} {:>7} {:>12} {:>12} {:>7}\n", title, device ? "kernel" : "operator", "calls",
+                                device ? "time ms" : "total ms", device ? "" : "self ms", "share");
+  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
+    const auto& [name, t] = rows[i];
+    const std::string shown = name.size() > 44 ? name.substr(0, 41) + "..." : name;
+    out += fmt::format("  {:<44} {:>7} {:>12.3f} {:>12} {:>6.1f}%\n", shown, t.calls, t.total_us / 1e3,
+                       device ? std::string() : fmt::format("{:.3f}", t.self_us / 1e3), all_self > 0 ? 100 * t.self_us / all_self : 0.0);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string top_operators_table(const std::vector<TracedEvent>& events, std::size_t top) {
+  // Per thread, in start order (the longer first on ties): a stack of the open events finds each one's parent.
+  std::map<std::uint64_t, std::vector<const TracedEvent*>> by_thread;
+  for (const auto& e : events) {
+    if (!e.device) by_thread[e.thread].push_back(&e);
+  }
+  std::map<std::string, OperatorTotals> cpu, kernels;
+  for (auto& [thread, list] : by_thread) {
+    std::sort(list.begin(), list.end(), [](const TracedEvent* a, const TracedEvent* b) {
+      return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns > b->end_ns;
+    });
+    std::vector<std::pair<const TracedEvent*, double>> open;  // event, time of its children (us)
+    auto close = [&](const TracedEvent* e, double children_us) {
+      if (e->name.rfind("bellows::", 0) == 0) return;
+      OperatorTotals& t = cpu[e->name];
+      const double us = (e->end_ns - e->start_ns) / 1e3;
+      ++t.calls;
+      t.total_us += us;
+      t.self_us += std::max(0.0, us - children_us);
+    };
+    for (const TracedEvent* e : list) {
+      while (!open.empty() && open.back().first->end_ns <= e->start_ns) {
+        close(open.back().first, open.back().second);
+        open.pop_back();
+      }
+      if (!open.empty()) open.back().second += (e->end_ns - e->start_ns) / 1e3;
+      open.emplace_back(e, 0.0);
+    }
+    while (!open.empty()) {
+      close(open.back().first, open.back().second);
+      open.pop_back();
+    }
+  }
+  for (const auto& e : events) {
+    if (!e.device) continue;
+    OperatorTotals& t = kernels[e.name];
+    ++t.calls;
+    t.total_us += (e.end_ns - e.start_ns) / 1e3;
+    t.self_us = t.total_us;
+  }
+  std::string out = operator_rows(cpu, top, "top operators of the traced steps by self time (CPU):", false);
+  if (!kernels.empty()) out += operator_rows(kernels, top, "top device kernels of the traced steps by time:", true);
+  return out;
 }
 
 }  // namespace bellows::obs

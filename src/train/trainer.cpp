@@ -204,6 +204,11 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
     r.values.emplace_back("mem_peak_mb", static_cast<double>(mem.peak_bytes) / 1e6);
     obs::reset_peak(options_.device);
   }
+  // The whole process (seed 004's tracker): resident memory now and its peak so far.
+  if (const obs::ProcessMemory proc = obs::process_memory(); proc.rss_bytes >= 0) {
+    r.values.emplace_back("rss_mb", static_cast<double>(proc.rss_bytes) / 1e6);
+    r.values.emplace_back("rss_peak_mb", static_cast<double>(proc.peak_rss_bytes) / 1e6);
+  }
   // Where the window's time went, per optimizer step (obs/phase_clock.h); read after the sync above.
   if (w.clock != nullptr) {
     const std::array<double, obs::kPhases> ms = w.clock->take();
@@ -363,7 +368,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       clock.lap(obs::Phase::kOptimizer);
       ++window.optimizer_calls;
 
-      if (profiler.after_step(step_)) message(fmt::format("profile: trace of {} steps written to {}", options_.profile.steps, options_.profile.path.string()));
+      if (profiler.after_step(step_)) {
+        message(fmt::format("profile: trace of {} steps written to {}", options_.profile.steps, options_.profile.path.string()));
+        message(profiler.top_operators());
+      }
 
       // --- meters, logging, evaluation, stopping ---
       const bool last_in_epoch = train.remaining_in_epoch() == 0;
@@ -398,7 +406,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     ++result.epochs_completed;
   }
 
-  if (profiler.finish()) message(fmt::format("profile: the run ended while tracing; trace written to {}", options_.profile.path.string()));
+  if (profiler.finish()) {
+    message(fmt::format("profile: the run ended while tracing; trace written to {}", options_.profile.path.string()));
+    message(profiler.top_operators());
+  }
   if (!result.interrupted && !options_.checkpoint.dir.empty() && options_.checkpoint.at_end) {
     result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
   }

@@ -143,4 +143,17 @@ TEST(WorkflowCli, ProfileWritesAChromeTraceOfTheChosenSteps) {
   EXPECT_GE(addmm, 2);    // the operators inside them
 }
 
+TEST(WorkflowCli, ProfileWindowFlagTracesStepsNToMAndPrintsTheTopOperators) {
+  const fs::path dir = workflow_scratch();
+  const fs::path cfg = workflow_write(dir, "m.yaml", std::string("name: prof\n") + kStage);
+  const Result r = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 6 threads=1 --profile 3-4");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("profile: trace of 2 steps written to"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top operators of the traced steps by self time (CPU):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("aten::addmm"), std::string::npos) << r.out;
+  const Result bad = workflow_run("train " + cfg.string() + " --output-dir " + dir.string() + " --max-steps 6 --profile 4-2");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.err.find("profile.window is '4-2'"), std::string::npos) << bad.err;
+}
+
 }  // namespace

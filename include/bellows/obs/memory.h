@@ -36,6 +36,15 @@ MemoryStats memory_stats(c10::Device device);
 void reset_peak(c10::Device device);
 void reset_session_peak(c10::Device device);
 
+// The process's resident memory (RSS) now and its peak since the process started (Linux: VmRSS and VmHWM of
+// /proc/self/status), in bytes; -1 where the file cannot be read. Everything the process holds: tensors, the
+// allocators' caches, libraries, the program's own data.
+struct ProcessMemory {
+  std::int64_t rss_bytes = -1;
+  std::int64_t peak_rss_bytes = -1;
+};
+ProcessMemory process_memory();
+
 // Gives memory that freed tensors left cached back to the system: the CUDA caching allocator's unused blocks
 // (emptyCache), or on the CPU the C library's free heap pages (malloc_trim). Between the models of a
 // pipeline (seed 003: "clearing memory between models").

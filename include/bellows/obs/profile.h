@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace bellows::obs {
 
@@ -33,6 +35,9 @@ class StepProfiler {
   bool after_step(std::int64_t steps_taken);
   // Writes the trace when the run ends while it is still recording (a run shorter than the window).
   bool finish();
+  // After the trace is written: the top operators of the traced window by self time (CPU operators; on CUDA
+  // also the kernels by device time), as a table, "" before.
+  const std::string& top_operators() const { return top_operators_; }
   bool active() const { return active_; }
   bool written() const { return written_; }
 
@@ -41,6 +46,21 @@ class StepProfiler {
   ProfileOptions options_;
   bool active_ = false;
   bool written_ = false;
+  std::string top_operators_;
 };
+
+// One traced event: name, thread, start and end (ns), on the CPU or a device.
+struct TracedEvent {
+  std::string name;
+  std::uint64_t thread = 0;
+  std::uint64_t start_ns = 0, end_ns = 0;
+  bool device = false;  // a device kernel (its time is device time)
+};
+
+// The table of the `top` names by self time (an event's time less that of the events nested in it on its
+// thread), with calls, total and self time, and each name's share of all self time; device kernels in a second
+// table by time. Events named bellows::* (the trainer's phase scopes) are containers, not operators: they are
+// left out of the table but still subtract from their parents' self time.
+std::string top_operators_table(const std::vector<TracedEvent>& events, std::size_t top = 15);
 
 }  // namespace bellows::obs

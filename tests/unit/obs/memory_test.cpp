@@ -90,3 +90,20 @@ TEST(Memory, ActivationCheckpointingKeepsOnlyBlockInputs) {
 
 }  // namespace
 }  // namespace bellows::obs
+
+namespace bellows::obs {
+namespace {
+
+TEST(ProcessMemory, ResidentMemoryGrowsWithTouchedPagesAndThePeakFollows) {
+  const ProcessMemory before = process_memory();
+  ASSERT_GT(before.rss_bytes, 0);
+  EXPECT_GE(before.peak_rss_bytes, before.rss_bytes);
+  std::vector<char> block(64 << 20, 1);  // 64 MiB, every page touched
+  const ProcessMemory during = process_memory();
+  EXPECT_GE(during.rss_bytes, before.rss_bytes + (48 << 20)) << "64 MiB touched";
+  EXPECT_GE(during.peak_rss_bytes, during.rss_bytes);
+  EXPECT_EQ(block[12345], 1);
+}
+
+}  // namespace
+}  // namespace bellows::obs

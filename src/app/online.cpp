@@ -149,6 +149,7 @@ void OnlineTrainer::construct(const config::Config& c) {
   }
   o.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
   o.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.plan.to_json())}};
+  set_flop_options(c, hw, p.plan, /*may_measure=*/true, o, notes);
   p.trainer = std::make_unique<train::Trainer>(p.model.module, p.model.task, o);
   write_file_atomically(run_dir_ / "config.resolved.yaml", c.to_yaml());
   write_file_atomically(run_dir_ / "plan.json", p.plan.to_json());

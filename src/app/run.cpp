@@ -15,6 +15,7 @@
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
 #include "bellows/hw/hardware_info.h"
+#include "bellows/hw/peaks.h"
 #include "bellows/models/activation_checkpoint.h"
 #include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
@@ -123,6 +124,24 @@ obs::ProfileOptions profile_options(const config::Config& c, const fs::path& dir
   return po;
 }
 
+void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, bool may_measure,
+                      train::TrainerOptions& o, std::vector<std::string>& notes) {
+  o.count_flops = config::get_bool(c, "log.flops");
+  if (!o.count_flops) return;
+  const hw::CachedPeaks peaks = hw::cached_peaks(hw, may_measure);
+  if (peaks.measured_now) {
+    notes.push_back(fmt::format("measured this machine's matmul and copy peaks for MFU in {:.1f} s, once: cached in {} "
+                                "(`bellows hw --measure` measures again)", peaks.seconds, peaks.file.string()));
+  }
+  if (const auto peak = hw::matmul_peak(peaks.peaks, p.precision, p.device.str())) {
+    o.peak_flops_per_s = peak->flops_per_s;
+    o.peak_name = fmt::format("{} on {}", peak->name, p.device.str());
+  } else {
+    notes.push_back(fmt::format("MFU not reported: no measured matmul peak for {} on {}{}", p.precision, p.device.str(),
+                                peaks.peaks.empty() ? " (none cached; `bellows hw --measure` measures them once)" : ""));
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
@@ -188,6 +207,8 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   trainer_opts.strategy = strategy.strategy;
   trainer_opts.checkpoint = checkpoint_options(c, dir);
   trainer_opts.profile = profile_options(c, dir);
+  // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
+  set_flop_options(c, hw, p, /*may_measure=*/ranks.world_size() == 1, trainer_opts, notes);
   trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
   const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);

@@ -139,6 +139,8 @@ config::Schema run_schema(const std::string& model_name) {
       .min(0).default_value(node(0.0));
   s.add("log.tensorboard", Type::kBool, "write TensorBoard event files (events.out.tfevents.*) into the run directory")
       .default_value(node(true));
+  s.add("log.flops", Type::kBool, "count a training step's FLOPs from its ops' shapes and report achieved GFLOP/s and MFU "
+        "against the cached measured matmul peak (measured once per machine)").default_value(node(true));
   s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")
       .choices({"stdout", "stderr", "none"}).default_value(node("stdout"));
   s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));

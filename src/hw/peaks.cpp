@@ -8,10 +8,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
+#include "bellows/util/atomic_file.h"
+#include "bellows/util/cache.h"
 #include "bellows/util/check.h"
 #include "bellows/util/timer.h"  // defines: seconds_since
 
@@ -166,6 +171,72 @@ std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const Measu
     peaks.push_back(measure_copy(device, sync, opt));
   }
   return peaks;
+}
+
+namespace {
+
+std::filesystem::path peaks_cache_file(const HardwareInfo& info) {
+  std::uint64_t key = fnv1a(info.cpu.model_name);
+  key = fnv1a(std::to_string(info.cpu.usable_cpus), key);
+  key = fnv1a(std::to_string(at::get_num_threads()), key);
+  key = fnv1a(info.torch.version, key);
+  for (const auto& g : info.cuda.gpus) key = fnv1a(g.name + "/" + std::to_string(g.index), key);
+  return user_cache_dir() / fmt::format("peaks-{:016x}.json", key);
+}
+
+}  // namespace
+
+void store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& p : peaks) {
+    j.push_back({{"name", p.name}, {"device", p.device}, {"value", p.value}, {"unit", p.unit}, {"method", p.method},
+                 {"supported", p.supported}});
+  }
+  const std::filesystem::path file = peaks_cache_file(info);
+  try {
+    std::filesystem::create_directories(file.parent_path());
+    write_file_atomically(file, j.dump(1) + "\n");
+  } catch (const std::exception&) {  // a cache that cannot be written: the next run measures again
+  }
+}
+
+CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing, const MeasureOptions& options) {
+  CachedPeaks c;
+  c.file = peaks_cache_file(info);
+  try {
+    std::ifstream in(c.file);
+    if (in) {
+      const nlohmann::json j = nlohmann::json::parse(in);
+      for (const auto& e : j) {
+        c.peaks.push_back(PeakMeasurement{e.at("name").get<std::string>(), e.at("device").get<std::string>(), e.at("value").get<double>(),
+                                          e.at("unit").get<std::string>(), e.at("method").get<std::string>(),
+                                          e.at("supported").get<bool>()});
+      }
+    }
+  } catch (const std::exception&) {  // unreadable or from another version: measured again
+    c.peaks.clear();
+  }
+  if (!c.peaks.empty() || !measure_if_missing) return c;
+  const auto start = std::chrono::steady_clock::now();
+  c.peaks = measure_peaks(info, options);
+  c.seconds = seconds_since(start);
+  c.measured_now = true;
+  store_peaks(info, c.peaks);
+  return c;
+}
+
+std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& precision,
+                                      const std::string& device) {
+  std::string name;
+  if (precision == "fp32") name = "matmul_fp32";
+  else if (precision == "tf32") name = "matmul_fp32_tf32";
+  else if (precision == "bf16-mixed") name = "matmul_bf16";
+  else if (precision == "fp16-mixed") name = "matmul_fp16";
+  else return std::nullopt;
+  for (const auto& p : peaks) {
+    if (p.name == name && p.device == device && p.supported && p.value > 0) return MatmulPeak{p.value * 1e9, name};
+  }
+  return std::nullopt;
 }
 
 }  // namespace bellows::hw

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <atomic>
 #include <map>
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically_via
@@ -15,6 +17,15 @@ namespace bellows::obs {
 
 namespace prof = torch::autograd::profiler;
 using torch::profiler::impl::ActivityType;
+
+namespace {
+std::atomic<bool> flop_counter_running{false};  // one count in the process at a time (trainers on several threads)
+
+// Kineto logs every profiler start and stop to stderr ("USDT: ... profiler_start", and on a machine without a GPU
+// "ERROR: ... gpuGetDeviceCount failed"): noise in every run that counts FLOPs. Its level 6 keeps it quiet; a
+// KINETO_LOG_LEVEL the user set is left as it is.
+void quiet_kineto() { ::setenv("KINETO_LOG_LEVEL", "6", /*overwrite=*/0); }
+}  // namespace
 
 StepProfiler::StepProfiler(ProfileOptions options) : options_(std::move(options)) {
   if (!options_.enabled) return;
@@ -34,6 +45,7 @@ StepProfiler::~StepProfiler() {
 
 void StepProfiler::before_step(std::int64_t steps_taken) {
   if (!options_.enabled || active_ || written_ || steps_taken != options_.start_step) return;
+  quiet_kineto();
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (at::hasCUDA()) activities.insert(ActivityType::CUDA);
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, options_.record_shapes,
@@ -81,6 +93,45 @@ void StepProfiler::stop_and_write() {
                                  e.startNs(), e.endNs(), device});
   }
   top_operators_ = top_operators_table(events);
+}
+
+
+
+FlopCounter::~FlopCounter() {
+  if (!active_) return;
+  try {
+    prof::disableProfiler();
+  } catch (...) {
+  }
+  flop_counter_running = false;
+}
+
+bool FlopCounter::start() {
+  if (active_ || prof::isProfilerEnabledInMainThread() || flop_counter_running.exchange(true)) return false;
+  quiet_kineto();
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
+                                                     /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true,
+                                                     /*with_modules=*/false);
+  const std::set<ActivityType> activities = {ActivityType::CPU};
+  try {
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+  } catch (const c10::Error&) {
+    flop_counter_running = false;
+    return false;  // no Kineto in this LibTorch, or a profiler already on: nothing counted
+  }
+  active_ = true;
+  return true;
+}
+
+double FlopCounter::stop() {
+  if (!active_) return 0;
+  active_ = false;
+  const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  flop_counter_running = false;
+  double flops = 0;
+  for (const auto& e : result->events()) flops += static_cast<double>(e.flops());
+  return flops;
 }
 
 namespace {

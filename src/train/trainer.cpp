@@ -209,6 +209,12 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
     r.values.emplace_back("rss_mb", static_cast<double>(proc.rss_bytes) / 1e6);
     r.values.emplace_back("rss_peak_mb", static_cast<double>(proc.peak_rss_bytes) / 1e6);
   }
+  // Achieved FLOP/s per device and MFU against the measured matmul peak of the precision in use.
+  if (flops_per_sample_ > 0) {
+    const double per_device = flops_per_sample_ * r.samples_per_s / static_cast<double>(strategy.world_size());
+    r.values.emplace_back("gflops", per_device / 1e9);
+    if (options_.peak_flops_per_s > 0) r.values.emplace_back("mfu", per_device / options_.peak_flops_per_s);
+  }
   // Where the window's time went, per optimizer step (obs/phase_clock.h); read after the sync above.
   if (w.clock != nullptr) {
     const std::array<double, obs::kPhases> ms = w.clock->take();
@@ -298,6 +304,8 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   obs::PhaseClock clock(options_.device);
   window.clock = &clock;
   obs::StepProfiler profiler(options_.profile);
+  obs::FlopCounter flop_counter;
+  const std::int64_t fit_first_step = step_;
   const std::int64_t skipped_at_start = precision_->skipped_steps();
   model_->train();
   bool done = step_ >= planned;
@@ -313,6 +321,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       // --- forward and backward over the micro-batches of one optimizer step ---
       clock.lap(obs::Phase::kOther);  // since the last step's optimizer: records, evaluation, checkpoints
       profiler.before_step(step_);
+      // The FLOPs of one step, once, from its ops' shapes: the second step of the fit (the first warms up), or
+      // the first one after a trace that covers it (one profiler at a time).
+      const bool counting = options_.count_flops && flops_per_sample_ == 0 && step_ > fit_first_step && flop_counter.start();
+      std::int64_t step_samples = 0;
       strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
       for (std::int64_t i = 0; i < micro; ++i) {
         std::optional<data::Batch> batch;
@@ -343,6 +355,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         clock.lap(obs::Phase::kBackward);
         window.add(out);
         window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
+        step_samples += b.size;
         samples_ += b.size * world;
         ++batches_in_epoch_;
       }
@@ -366,6 +379,15 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
       }
       clock.lap(obs::Phase::kOptimizer);
+      if (counting) {
+        const double flops = flop_counter.stop();
+        if (flops > 0 && step_samples > 0) {
+          flops_per_sample_ = flops / static_cast<double>(step_samples);
+          message(fmt::format("model FLOPs: {:.4g} GFLOP per sample per training step, counted from the shapes of step {}'s ops "
+                              "(LibTorch's profiler: matrix products, convolutions, elementwise mul/add; forward and backward)",
+                              flops_per_sample_ / 1e9, step_));
+        }
+      }
       ++window.optimizer_calls;
 
       if (profiler.after_step(step_)) {
@@ -434,6 +456,15 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
                  {"throughput", fmt::format("{:.1f} samples/s", result.new_samples / std::max(result.seconds, 1e-9))},
                  {"final train loss", fmt::format("{:.6g}", result.final_loss)}};
   if (result.last_eval) end.summary.emplace_back("last eval " + monitor, fmt::format("{:.6g}", *result.last_eval));
+  if (flops_per_sample_ > 0) {
+    const double per_device = flops_per_sample_ * result.new_samples / std::max(result.seconds, 1e-9) / static_cast<double>(world);
+    end.summary.emplace_back("model FLOPs", fmt::format("{:.4g} GFLOP per sample (counted from op shapes)", flops_per_sample_ / 1e9));
+    end.summary.emplace_back("achieved", fmt::format("{:.4g} GFLOP/s per device{}", per_device / 1e9,
+                                                     options_.peak_flops_per_s > 0
+                                                         ? fmt::format(" = {:.1f}% of the measured {} peak ({:.4g} GFLOP/s): MFU", 100 * per_device / options_.peak_flops_per_s,
+                                                                       options_.peak_name, options_.peak_flops_per_s / 1e9)
+                                                         : std::string()));
+  }
   for (auto& sink : sinks_) sink->on_run_end(end);
   return result;
 }

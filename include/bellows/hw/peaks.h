@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,29 @@ struct MeasureOptions {
 };
 
 std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const MeasureOptions& options = {});
+
+// The measured peaks of this machine, cached so that a run does not measure again: a JSON file in the user
+// cache (util/cache.h), one per machine and setting: CPU model, usable CPUs, intra-op threads, LibTorch version
+// and GPU names. `bellows hw --measure` refreshes it (store_peaks).
+struct CachedPeaks {
+  std::vector<PeakMeasurement> peaks;  // empty: none cached and not measured
+  std::filesystem::path file;          // the cache file
+  bool measured_now = false;           // measured by this call (none was cached)
+  double seconds = 0;                  // the measurement's time, when measured now
+};
+// Reads the cache; with none and `measure_if_missing`, measures (time-bounded: about 2 s on a CPU) and writes it.
+// A cache file that cannot be read or parsed counts as none; one that cannot be written is only not written.
+CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing, const MeasureOptions& options = {});
+void store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks);
+
+// The measured matmul peak (FLOP/s) that the training precision runs at on `device` ("cpu", "cuda:0"): fp32 ->
+// matmul_fp32, tf32 -> matmul_fp32_tf32, bf16-mixed -> matmul_bf16, fp16-mixed -> matmul_fp16; with its name.
+// std::nullopt when it was not measured or the hardware has no support for it.
+struct MatmulPeak {
+  double flops_per_s = 0;
+  std::string name;
+};
+std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& precision,
+                                      const std::string& device);
 
 }  // namespace bellows::hw

@@ -49,6 +49,20 @@ class StepProfiler {
   std::string top_operators_;
 };
 
+// Counts the floating-point operations of what runs between start() and stop(), from the ops' shapes: LibTorch's
+// profiler with with_flops (Kineto, CPU activity), which counts matrix products (mm, addmm, bmm, baddbmm),
+// convolutions and elementwise mul/add, in the forward and in autograd's backward alike. Other ops (activations,
+// norms, reductions, the fused optimizer) count 0. Only one profiler runs at a time: start() returns false while
+// another (a StepProfiler trace) is on.
+class FlopCounter {
+ public:
+  ~FlopCounter();  // stops a count still running
+  bool start();
+  double stop();  // the FLOPs counted since start()
+ private:
+  bool active_ = false;
+};
+
 // One traced event: name, thread, start and end (ns), on the CPU or a device.
 struct TracedEvent {
   std::string name;

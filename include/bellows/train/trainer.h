@@ -59,6 +59,12 @@ struct TrainerOptions {
   // EMA and counters of the sessions before it; a session always starts at its data's first batch. The
   // schedule is built once, here, so the step-based ones (cosine, linear) need schedule.total_steps.
   bool sessions = false;
+  // FLOPs and MFU (obs/profile.h FlopCounter): the FLOPs of one training step, counted from its ops' shapes on
+  // the second optimizer step of a fit (the first after a trace that covers it), per sample; each record then
+  // has `gflops` (achieved per device) and, with a measured peak for the precision in use, `mfu`.
+  bool count_flops = true;
+  double peak_flops_per_s = 0;  // the device's matmul peak for the precision (hw/peaks.h); 0: unknown
+  std::string peak_name;        // "matmul_fp32 on cpu", for the summary
 };
 
 class Trainer {
@@ -102,6 +108,7 @@ class Trainer {
   std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource* train, bool strict = true);
 
   std::int64_t step() const { return step_; }  // optimizer steps taken, over all fit() calls and resumes
+  double flops_per_sample() const { return flops_per_sample_; }  // of a training step (count_flops); 0 before counted
 
   // A warning or notice to every sink (console, metrics.jsonl): the run's own messages and those of whoever
   // assembled it (resume, weight imports, plan notes).
@@ -132,7 +139,8 @@ class Trainer {
   std::int64_t epoch_ = 0;           // current epoch
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
   std::int64_t samples_ = 0;
-  std::int64_t first_step_ = 0;      // fit() plans from here: 0, or where a session or an online checkpoint began
+  std::int64_t first_step_ = 0;
+  double flops_per_sample_ = 0;      // counted once (count_flops); 0 before      // fit() plans from here: 0, or where a session or an online checkpoint began
   double run_start_s_ = 0;
   obs::StepRecord last_record_;
   StateDict pending_schedule_state_;  // loaded before fit() builds the schedule

@@ -99,5 +99,43 @@ TEST(StepTime, TheBreakdownAddsUpToTheStepTimeAndFindsSlowData) {
   }
 }
 
+TEST(StepTime, FlopsOfATrainingStepMatchTheHandCount) {
+  // MLP 64 -> 256 -> 1, batch 32, fp32. Per sample, counted by hand (matrix products, 2 m n k):
+  //   forward:  2 (64*256 + 256*1)                                = 33,280
+  //   backward: layer 2 grad input and grad weight 2 x 2*256*1 = 1,024; layer 1 grad weight 2*64*256 = 32,768
+  //             (no grad input for the data)                      = 33,792
+  //   total 67,072; elementwise mul/add (the loss) add a few per sample, activations and the optimizer count 0.
+  torch::manual_seed(0);
+  models::MlpOptions mo;
+  mo.in_features = 64;
+  mo.hidden = {256};
+  mo.out_features = 1;
+  auto model = std::make_shared<models::MlpImpl>(mo);
+  auto task = models::make_regression_task([](torch::nn::Module& m, const at::Tensor& x) { return static_cast<models::MlpImpl&>(m).forward(x); });
+  data::SyntheticOptions so;
+  so.samples = 128;
+  so.features = 64;
+  data::TensorSourceOptions to;
+  to.batch_size = 32;
+  data::TensorSource source(data::make_synthetic(so), to);
+  TrainerOptions o;
+  o.schedule.type = "constant";
+  o.peak_flops_per_s = 1e12;  // a stand-in peak: the record's mfu is gflops / 1000
+  Trainer trainer(model, task, o);
+  auto recorder = std::make_shared<PhaseRecorder>();
+  trainer.add_sink(recorder);
+  trainer.fit(source);
+  EXPECT_NEAR(trainer.flops_per_sample(), 67072.0, 0.02 * 67072.0);
+  ASSERT_FALSE(recorder->steps.empty());
+  double gflops = -1, mfu = -1;
+  for (const auto& [k, v] : recorder->steps.back().values) {
+    if (k == "gflops") gflops = v;
+    if (k == "mfu") mfu = v;
+  }
+  EXPECT_GT(gflops, 0);
+  EXPECT_NEAR(mfu, gflops / 1000.0, 1e-12);
+  EXPECT_NEAR(gflops, trainer.flops_per_sample() * recorder->steps.back().samples_per_s / 1e9, 1e-9 * gflops);
+}
+
 }  // namespace
 }  // namespace bellows::train

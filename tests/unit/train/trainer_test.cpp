@@ -57,6 +57,7 @@ TrainerOptions sgd_options() {
   o.optimizer.weight_decay = 0.0;
   o.schedule.type = "constant";
   o.log_every_n_steps = 1;
+  o.count_flops = false;  // its message would join the ones these tests count (FLOPs: step_time_test.cpp)
   return o;
 }
 

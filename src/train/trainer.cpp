@@ -81,8 +81,30 @@ struct Trainer::Window {
     }
     ++micro_batches;
   }
+  // Tokens or pixels, where the batch has them (throughput beside samples/s): token ids "x" [B, T] (integer; the
+  // real ones when an "x_mask" marks them, summed on the device) or images "x" [B, C, H, W] (B x H x W pixels).
+  std::string unit;                 // "tokens", "pixels", or "" (neither)
+  double units = 0;                 // counted on the host
+  at::Tensor units_on_device;       // counted on the device (masked tokens)
+  void add_units(const data::Batch& b) {
+    const auto it = b.tensors.find("x");
+    if (it == b.tensors.end() || !it->second.defined()) return;
+    const at::Tensor& x = it->second;
+    if (!at::isFloatingType(x.scalar_type()) && x.dim() == 2) {
+      unit = "tokens";
+      if (const auto mask = b.tensors.find("x_mask"); mask != b.tensors.end() && mask->second.sizes() == x.sizes()) {
+        accumulate(units_on_device, mask->second.ne(0).sum().to(at::kFloat));
+      } else {
+        units += static_cast<double>(x.numel());
+      }
+    } else if (at::isFloatingType(x.scalar_type()) && x.dim() == 4) {
+      unit = "pixels";
+      units += static_cast<double>(x.size(0) * x.size(2) * x.size(3));
+    }
+  }
   void reset(double t, std::int64_t step, std::int64_t skipped) {  // a new logging window; the epoch's start time stays
-    loss_sum = grad_norm_sum = at::Tensor();
+    loss_sum = grad_norm_sum = units_on_device = at::Tensor();
+    units = 0;
     metric_sums.clear();
     micro_batches = optimizer_calls = samples = 0;
     first_step = step;
@@ -186,9 +208,14 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   // --- the window's one synchronisation: its sums (over every rank) and skip count come back from the device ---
   std::vector<at::Tensor> parts{w.loss_sum};
   for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
+  if (w.units_on_device.defined()) parts.push_back(w.units_on_device);  // read with the rest: no extra sync
   const std::vector<double> sum = sums_over_ranks(strategy, parts);
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
+  if (!w.unit.empty()) {  // every rank's share: host counts times the ranks, device counts summed over them
+    const double units = w.units * static_cast<double>(strategy.world_size()) + (w.units_on_device.defined() ? sum.back() : 0.0);
+    r.values.emplace_back(w.unit + "_per_s", units / std::max(t - w.start_s, 1e-9));
+  }
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
   r.values.emplace_back("grad_norm", norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
   const std::int64_t skipped = precision_->skipped_steps();
@@ -354,6 +381,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         }
         clock.lap(obs::Phase::kBackward);
         window.add(out);
+        window.add_units(b);
         window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
         step_samples += b.size;
         samples_ += b.size * world;

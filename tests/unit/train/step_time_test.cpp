@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <torch/nn/modules/linear.h>
 #include <thread>
 
 #include "bellows/data/synthetic.h"
@@ -135,6 +136,53 @@ TEST(StepTime, FlopsOfATrainingStepMatchTheHandCount) {
   EXPECT_GT(gflops, 0);
   EXPECT_NEAR(mfu, gflops / 1000.0, 1e-12);
   EXPECT_NEAR(gflops, trainer.flops_per_sample() * recorder->steps.back().samples_per_s / 1e9, 1e-9 * gflops);
+}
+
+// A task that trains one weight and ignores its inputs: the batches only carry tokens or images to be counted.
+struct UnitsTask : Task {
+  StepOutput step(torch::nn::Module& m, const data::Batch& b) override {
+    auto& linear = dynamic_cast<torch::nn::LinearImpl&>(m);
+    return StepOutput{linear.forward(at::ones({b.size, 1})).pow(2).mean(), {}};
+  }
+};
+
+double record_value(const obs::StepRecord& r, const std::string& key) {
+  for (const auto& [k, v] : r.values) {
+    if (k == key) return v;
+  }
+  return -1;
+}
+
+TEST(StepTime, TokensAndPixelsPerSecondBesideSamples) {
+  TrainerOptions o;
+  o.schedule.type = "constant";
+  o.log_every_n_steps = 2;
+  o.count_flops = false;
+  data::TensorSourceOptions to;
+  to.batch_size = 8;
+  {  // token ids [32, 5], of which the mask marks 3 per row as real
+    at::Tensor mask = at::zeros({32, 5}, at::kLong);
+    mask.narrow(1, 0, 3).fill_(1);
+    data::TensorSource tokens({{"x", at::randint(100, {32, 5}, at::kLong)}, {"x_mask", mask}, {"y", at::zeros({32, 1})}}, to);
+    Trainer t(std::make_shared<torch::nn::LinearImpl>(1, 1), std::make_shared<UnitsTask>(), o);
+    auto rec = std::make_shared<PhaseRecorder>();
+    t.add_sink(rec);
+    t.fit(tokens);
+    ASSERT_FALSE(rec->steps.empty());
+    for (const auto& r : rec->steps) EXPECT_NEAR(record_value(r, "tokens_per_s") / r.samples_per_s, 3.0, 1e-9);
+  }
+  {  // images [32, 3, 4, 6]: 24 pixels a sample
+    data::TensorSource images({{"x", at::randn({32, 3, 4, 6})}, {"y", at::zeros({32, 1})}}, to);
+    Trainer t(std::make_shared<torch::nn::LinearImpl>(1, 1), std::make_shared<UnitsTask>(), o);
+    auto rec = std::make_shared<PhaseRecorder>();
+    t.add_sink(rec);
+    t.fit(images);
+    ASSERT_FALSE(rec->steps.empty());
+    for (const auto& r : rec->steps) {
+      EXPECT_NEAR(record_value(r, "pixels_per_s") / r.samples_per_s, 24.0, 1e-9);
+      EXPECT_EQ(record_value(r, "tokens_per_s"), -1);
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The conditional DDPM, its noise schedules, samplers and task; see ddpm.h.
 #include "bellows/models/ddpm.h"
 
+#include "bellows/models/flops.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -266,6 +268,13 @@ ModelEntry ddpm_entry() {
     s.add("model.skip", Type::kBool,
           "add sqrt(1 - alpha_bar_t) x_t, the linear noise estimate, to the denoiser's output (unit-scale targets)")
         .default_value(YAML::Node(true));
+  };
+  e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
+    const std::int64_t context = config::get_int(c, "model.context_features"), out = config::get_int(c, "model.out_features");
+    const std::int64_t h = config::get_int(c, "model.hidden"), layers = config::get_int(c, "model.layers");
+    const std::int64_t embedding = config::get_int(c, "model.time_embedding");
+    return linear_flops(1, context, h) + linear_flops(1, out + embedding + h, h) + static_cast<double>(layers - 1) * linear_flops(1, h, h) +
+           linear_flops(1, h, out);
   };
   e.check_data = [](const config::Config& c, const data::Dataset& train) {
     DdpmOptions o;

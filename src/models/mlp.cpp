@@ -1,6 +1,8 @@
 // The MLP; see mlp.h.
 #include "bellows/models/mlp.h"
 
+#include "bellows/models/flops.h"
+
 #include <fmt/format.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -73,6 +75,18 @@ ModelEntry mlp_entry() {
     s.add("model.norm", Type::kString, "normalisation after each hidden layer").choices({"none", "layer", "batch"}).default_value(YAML::Node("none"));
     s.add("model.dropout", Type::kDouble, "dropout probability").min(0).max(0.99).default_value(YAML::Node(0.0));
     s.add("model.task", Type::kString, "training objective").choices({"regression", "classification"}).default_value(YAML::Node("regression"));
+  };
+  e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
+    std::vector<std::int64_t> widths{config::get_int(c, "model.in_features")};
+    for (const auto h : config::get_int_list(c, "model.hidden")) widths.push_back(h);
+    widths.push_back(config::get_int(c, "model.out_features"));
+    const bool norm = config::get_string(c, "model.norm") != "none";
+    double flops = 0;
+    for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+      flops += linear_flops(1, widths[i], widths[i + 1]);
+      if (norm && i + 2 < widths.size()) flops += norm_flops(static_cast<double>(widths[i + 1]));  // after each hidden layer
+    }
+    return flops;
   };
   e.build = [](const config::Config& c, const ModelContext&) {
     MlpOptions o;

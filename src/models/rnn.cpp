@@ -1,6 +1,8 @@
 // The LSTM/GRU sequence models and what the sequence models share; see rnn.h.
 #include "bellows/models/rnn.h"
 
+#include "bellows/models/flops.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -220,6 +222,16 @@ ModelEntry rnn_entry(const std::string& cell) {
         .choices({"last", "mean"})
         .default_value(node("last"));
     add_sequence_head_keys(s);
+  };
+  e.forward_flops = [cell](const config::Config& c, const ModelContext& context) -> std::optional<double> {
+    if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
+    const at::Tensor x = data::first_sample(*context.train).at("x");
+    if (x.dim() != 3) return std::nullopt;
+    const std::int64_t hidden = config::get_int(c, "model.hidden_size");
+    const bool bidirectional = config::get_bool(c, "model.bidirectional");
+    return recurrent_flops(x.size(1), config::get_int(c, "model.in_features"), hidden, config::get_int(c, "model.num_layers"),
+                           bidirectional, cell == "lstm" ? 4 : 3) +
+           linear_flops(1, hidden * (bidirectional ? 2 : 1), config::get_int(c, "model.out_features"));
   };
   e.build = [cell](const config::Config& c, const ModelContext& context) {
     check_sequence_data(c, context, cell);

@@ -129,8 +129,28 @@ double FlopCounter::stop() {
   active_ = false;
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   flop_counter_running = false;
+  // An op with a count may run others with counts (under bf16 autocast on the CPU, addmm runs a matrix product
+  // inside: counting both doubled the forward's FLOPs, measured on the demo). Only the outermost counted op of each
+  // nest counts: per thread, in start order, an op inside the last one counted is skipped.
+  struct Counted {
+    std::uint64_t start, end;
+    double flops;
+  };
+  std::map<std::uint64_t, std::vector<Counted>> by_thread;
+  for (const auto& e : result->events()) {
+    if (e.flops() == 0 || e.deviceType() != c10::DeviceType::CPU) continue;
+    by_thread[e.startThreadId()].push_back({e.startNs(), e.endNs(), static_cast<double>(e.flops())});
+  }
   double flops = 0;
-  for (const auto& e : result->events()) flops += static_cast<double>(e.flops());
+  for (auto& [thread, ops] : by_thread) {
+    std::sort(ops.begin(), ops.end(), [](const Counted& a, const Counted& b) { return a.start != b.start ? a.start < b.start : a.end > b.end; });
+    std::uint64_t open_until = 0;
+    for (const Counted& op : ops) {
+      if (op.start < open_until) continue;  // nested in a counted op
+      flops += op.flops;
+      open_until = op.end;
+    }
+  }
   return flops;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct ModelEntry {
   // Optional: the data's samples against the model's keys, without building the model (kConfig/kData errors
   // naming the key and both shapes). Online training calls it on the first samples a program pushes.
   std::function<void(const config::Config&, const data::Dataset&)> check_data;
+  // Optional: the model's forward FLOPs per sample, analytic per layer (models/flops.h), from its keys and, where
+  // they depend on it, the data's sample shapes (context.train; std::nullopt without them).
+  std::function<std::optional<double>(const config::Config&, const ModelContext&)> forward_flops;
 };
 
 // Every registered model, sorted by name.

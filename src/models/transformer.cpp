@@ -1,6 +1,8 @@
 // The Transformer encoder and the sequence model "transformer"; see transformer.h.
 #include "bellows/models/transformer.h"
 
+#include "bellows/models/flops.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -97,6 +99,13 @@ at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& x, const at::T
 }
 
 // --- masks and positions ---
+
+double encoder_forward_flops(const TransformerEncoderOptions& o, std::int64_t length) {
+  const double rows = static_cast<double>(length), values = rows * static_cast<double>(o.d_model);
+  const double layer = attention_flops(1, length, o.d_model) + linear_flops(rows, o.d_model, o.ff) + linear_flops(rows, o.ff, o.d_model) +
+                       2 * norm_flops(values);
+  return static_cast<double>(o.layers) * layer + norm_flops(values);
+}
 
 at::Tensor attention_mask_from_padding(const at::Tensor& padding) {
   BELLOWS_CHECK_DATA(padding.dim() == 2 && padding.scalar_type() == at::kBool,
@@ -282,6 +291,15 @@ ModelEntry transformer_entry() {
         .choices({"mean", "last", "cls"})
         .default_value(node("mean"));
     add_sequence_head_keys(s);
+  };
+  e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
+    if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
+    const at::Tensor x = data::first_sample(*context.train).at("x");
+    if (x.dim() != 3) return std::nullopt;
+    TransformerEncoderOptions o = encoder_options_from(c);
+    const std::int64_t steps = x.size(1), tokens = steps + (config::get_string(c, "model.pooling") == "cls" ? 1 : 0);
+    return linear_flops(static_cast<double>(steps), config::get_int(c, "model.in_features"), o.d_model) + encoder_forward_flops(o, tokens) +
+           linear_flops(1, o.d_model, config::get_int(c, "model.out_features"));
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
     TransformerModelOptions o;

@@ -40,6 +40,10 @@ void add_encoder_keys(config::Schema& schema, const std::string& default_positio
 // Those keys' values (max_len keeps its default).
 TransformerEncoderOptions encoder_options_from(const config::Config& config);
 
+// The encoder's analytic forward FLOPs for one sequence of `length` tokens (models/flops.h): per layer the
+// self-attention, the feed-forward's two Linear layers and two LayerNorms; then the final LayerNorm.
+double encoder_forward_flops(const TransformerEncoderOptions& options, std::int64_t length);
+
 // One pre-LN layer: x + Dropout(SelfAttention(LN(x))), then x + Dropout(FF(LN(x))). Parameter names follow
 // PyTorch's nn.TransformerEncoderLayer (self_attn.in_proj_weight, self_attn.out_proj, linear1, linear2, norm1,
 // norm2), so torch.nn.TransformerEncoder(norm_first=True) loads the same safetensors file.

@@ -43,6 +43,14 @@ TEST(Flops, BuiltInModelsStateTheirForwardFlops) {
   EXPECT_FALSE(find_model("lstm").forward_flops(lstm, none).has_value());
   auto sequences = std::make_shared<data::TensorDataset>(std::map<std::string, at::Tensor>{{"x", at::zeros({5, 3, 2})}, {"y", at::zeros({5, 1})}});
   EXPECT_DOUBLE_EQ(*find_model("lstm").forward_flops(lstm, ModelContext{sequences, {}}), 3.0 * 224 + (2.0 * 4 * 1 + 1));
+  // Transformer, 4 steps of 2 features, d 8, ff 16, one layer, mean pooling, 1 output:
+  //   input 4 x (2*2*8 + 8) = 160; attention 2,688; feed-forward 4 x (2*8*16 + 16) + 4 x (2*16*8 + 8) = 1,088 + 1,056;
+  //   two layer norms 2 x 5 x 32 = 320 and the final one 160; head 2*8 + 1 = 17.
+  const config::Config transformer = app::resolve_config_text(
+      "seed: 0\n", "<test>", {"model.name=transformer", "model.in_features=2", "model.d_model=8", "model.heads=2", "model.layers=1",
+                              "model.ff=16", "data.source=stream"});
+  auto windows = std::make_shared<data::TensorDataset>(std::map<std::string, at::Tensor>{{"x", at::zeros({5, 4, 2})}, {"y", at::zeros({5, 1})}});
+  EXPECT_DOUBLE_EQ(*find_model("transformer").forward_flops(transformer, ModelContext{windows, {}}), 160.0 + 2688 + 1088 + 1056 + 320 + 160 + 17);
 }
 
 }  // namespace

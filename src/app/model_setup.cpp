@@ -6,6 +6,8 @@
 
 #include "bellows/ckpt/safetensors.h"
 #include "bellows/train/checkpointing.h"
+#include "bellows/util/check.h"
+#include "bellows/util/format.h"
 
 namespace bellows::app {
 
@@ -55,6 +57,16 @@ void check_data_against_model(const config::Config& c, const data::Dataset& trai
   }
   const models::ModelEntry& entry = models::find_model(config::get_string(c, "model.name"));
   if (entry.check_data) entry.check_data(c, train);
+}
+
+void check_prediction_input(const config::Config& c, const at::Tensor& x, const std::string& what, const std::string& key_note) {
+  for (const char* key : {"model.in_features", "model.context_features"}) {
+    if (!c.has(key)) continue;
+    const std::int64_t width = config::get_int(c, key);
+    BELLOWS_CHECK_DATA(x.dim() == 2 && x.size(1) == width,
+                       fmt::format("{} has shape {}, the model expects [rows, {}] ({}{})", what, shape_of(x), width, key, key_note),
+                       "give the inputs the model was trained on, one row per sample");
+  }
 }
 
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes,

@@ -381,13 +381,7 @@ at::Tensor OnlineTrainer::predict_here(const at::Tensor& input, const PredictOpt
                      fmt::format("predict: the input has shape {}, expected [rows, features] with rows >= 1",
                                  input.defined() ? shape_of(input) : std::string("(none)")),
                      "give one input row per prediction");
-  for (const char* key : {"model.in_features", "model.context_features"}) {
-    if (!p.config.has(key)) continue;
-    const std::int64_t width = config::get_int(p.config, key);
-    BELLOWS_CHECK_DATA(input.size(1) == width,
-                       fmt::format("predict: the input has shape {}, the model expects [rows, {}] ({})", shape_of(input), width, key),
-                       "give the inputs the model is trained on, one row per prediction");
-  }
+  check_prediction_input(p.config, input, "predict: the input");
   train::Ema* averaged = p.trainer->ema();
   BELLOWS_CHECK_USAGE(!(ema.value_or(false) && averaged == nullptr), "predict: EMA weights asked for, but the run has no EMA",
                       "set ema.enabled: true, or predict with the trained weights");

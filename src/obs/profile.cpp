@@ -25,6 +25,17 @@ std::atomic<bool> flop_counter_running{false};  // one count in the process at a
 // "ERROR: ... gpuGetDeviceCount failed"): noise in every run that counts FLOPs. Its level 6 keeps it quiet; a
 // KINETO_LOG_LEVEL the user set is left as it is.
 void quiet_kineto() { ::setenv("KINETO_LOG_LEVEL", "6", /*overwrite=*/0); }
+
+// Starts LibTorch's Kineto profiler with FLOP counting, on the CPU (and CUDA when asked); c10::Error when it cannot.
+void enable_kineto(bool record_shapes, bool profile_memory, bool cuda) {
+  quiet_kineto();
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, record_shapes, profile_memory,
+                                                     /*with_stack=*/false, /*with_flops=*/true, /*with_modules=*/false);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+}
 }  // namespace
 
 StepProfiler::StepProfiler(ProfileOptions options) : options_(std::move(options)) {
@@ -45,15 +56,8 @@ StepProfiler::~StepProfiler() {
 
 void StepProfiler::before_step(std::int64_t steps_taken) {
   if (!options_.enabled || active_ || written_ || steps_taken != options_.start_step) return;
-  quiet_kineto();
-  std::set<ActivityType> activities = {ActivityType::CPU};
-  if (at::hasCUDA()) activities.insert(ActivityType::CUDA);
-  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, options_.record_shapes,
-                                                     options_.profile_memory, /*with_stack=*/false, /*with_flops=*/true,
-                                                     /*with_modules=*/false);
   try {
-    prof::prepareProfiler(config, activities);
-    prof::enableProfiler(config, activities);
+    enable_kineto(options_.record_shapes, options_.profile_memory, at::hasCUDA());
   } catch (const c10::Error& e) {
     BELLOWS_FAIL(ErrorKind::kResource, fmt::format("profile: the Kineto profiler did not start: {}", e.what_without_backtrace()),
                  "turn profile.enabled off, or use a LibTorch build with Kineto (the PyPI wheels have it)");
@@ -108,14 +112,8 @@ FlopCounter::~FlopCounter() {
 
 bool FlopCounter::start() {
   if (active_ || prof::isProfilerEnabledInMainThread() || flop_counter_running.exchange(true)) return false;
-  quiet_kineto();
-  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
-                                                     /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true,
-                                                     /*with_modules=*/false);
-  const std::set<ActivityType> activities = {ActivityType::CPU};
   try {
-    prof::prepareProfiler(config, activities);
-    prof::enableProfiler(config, activities);
+    enable_kineto(/*record_shapes=*/true, /*profile_memory=*/false, /*cuda=*/false);
   } catch (const c10::Error&) {
     flop_counter_running = false;
     return false;  // no Kineto in this LibTorch, or a profiler already on: nothing counted

@@ -76,19 +76,6 @@ std::pair<at::Tensor, std::string> read_input(const std::string& spec) {
   return {x, name};
 }
 
-// The input width against the model's, from the checkpoint's config: a clear error before the first batch.
-void check_input_width(const config::Config& c, const at::Tensor& x, const std::string& name) {
-  for (const char* key : {"model.in_features", "model.context_features"}) {
-    if (!c.has(key)) continue;
-    const std::int64_t width = config::get_int(c, key);
-    BELLOWS_CHECK_DATA(
-        x.dim() == 2 && x.size(1) == width,
-        fmt::format("--input {} has shape {}, the model expects [rows, {}] ({} in the checkpoint's config)", name,
-                    shape_of(x), width, key),
-        "give the inputs the model was trained on, one row per sample");
-  }
-}
-
 // The checkpoint's weights: the EMA weights where it has them (unless raw), else the trained ones.
 std::pair<std::map<std::string, at::Tensor>, bool> checkpoint_weights(const ckpt::Checkpoint& cp, const fs::path& path,
                                                                       const PredictArgs& a) {
@@ -140,7 +127,7 @@ int run_predict(const PredictArgs& a) {
 
   // --- input rows, in batches ---
   const auto [x, input_name] = read_input(a.input);
-  check_input_width(c, x, input_name);
+  app::check_prediction_input(c, x, "--input " + input_name, " in the checkpoint's config");
   PredictOptions options;
   options.samples = a.samples;
   options.seed = a.seed;

@@ -35,6 +35,11 @@ models::BuiltModel build_model(const config::Config& config, const models::Model
 // width, and the model's own check (ModelEntry::check_data). kConfig/kData errors naming key and shapes.
 void check_data_against_model(const config::Config& config, const data::Dataset& train);
 
+// The input rows of a prediction against the model's input width (model.in_features or model.context_features of
+// `config`), before any batch runs: a kData error "<what> has shape [r, w], the model expects [rows, W] (<key><key_note>)".
+// `bellows predict` and app::OnlineTrainer::predict.
+void check_prediction_input(const config::Config& config, const at::Tensor& x, const std::string& what, const std::string& key_note = "");
+
 // The note for an import: "loaded <what> weights from <file>[; N tensors did not match: ...]".
 std::string import_note(const models::WeightImport& w, const std::vector<std::string>& differences);
 

@@ -234,6 +234,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
     if (options.console) trainer.add_sink(std::make_shared<obs::ConsoleSink>(options.console, options.tty));
     trainer.add_sink(std::make_shared<obs::JsonlSink>(dir / "metrics.jsonl"));
     if (config::get_bool(c, "log.tensorboard")) trainer.add_sink(std::make_shared<obs::TensorBoardSink>(dir));
+    for (const auto& sink : options.sinks) trainer.add_sink(sink);
   }
   for (const auto& note : notes) trainer.message(note);
 

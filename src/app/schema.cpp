@@ -75,6 +75,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
   s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));
   s.add("train.eval_every_n_steps", Type::kInt, "optimizer steps between evaluations (0: each epoch end)").min(0).default_value(node(0));
+  s.add("train.detect_anomaly", Type::kBool, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
+        "waits for the device; slower backward)").default_value(node(false));
   s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
   // optimizer
   s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));

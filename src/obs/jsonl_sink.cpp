@@ -52,6 +52,7 @@ void JsonlSink::on_step(const StepRecord& r) {
     j["time_" + phase + "_ms"] = ms;
     j["time_" + phase + "_frac"] = total > 0 ? ms / total : 0.0;
   }
+  for (const auto& [phase, mb] : r.phase_mem_mb) j["mem_" + phase + "_peak_mb"] = mb;
   write_line(j.dump());
 }
 

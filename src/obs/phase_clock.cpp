@@ -4,7 +4,10 @@
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <vector>
+
+#include "bellows/obs/memory.h"
 
 namespace bellows::obs {
 
@@ -35,6 +38,23 @@ struct PhaseClock::DeviceEvents {
 
 PhaseClock::PhaseClock(c10::Device device) : device_(device), last_(Clock::now()) {
   if (device.is_cuda()) events_ = std::make_unique<DeviceEvents>(device);
+  peak_bytes_.fill(-1);
+  reset_peak(device_);  // the first lap's peak is its own
+}
+
+void PhaseClock::sample_memory(Phase phase) {
+  // Host-side counters only (an atomic on the CPU, the caching allocator's statistics on CUDA): no device sync.
+  const MemoryStats stats = memory_stats(device_);
+  if (!stats.tracked) return;
+  std::int64_t& peak = peak_bytes_[static_cast<std::size_t>(phase)];
+  peak = std::max(peak, stats.peak_bytes);
+  reset_peak(device_);
+}
+
+std::array<std::int64_t, kPhases> PhaseClock::take_memory() {
+  std::array<std::int64_t, kPhases> peaks = peak_bytes_;
+  peak_bytes_.fill(-1);
+  return peaks;
 }
 
 PhaseClock::~PhaseClock() = default;
@@ -49,6 +69,7 @@ void PhaseClock::mark() {
 
 void PhaseClock::lap(Phase phase) {
   const Clock::time_point now = Clock::now();
+  sample_memory(phase);
   if (!events_ || phase == Phase::kData) {
     host_ms_[static_cast<std::size_t>(phase)] += std::chrono::duration<double, std::milli>(now - last_).count();
   }

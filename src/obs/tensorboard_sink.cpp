@@ -138,6 +138,7 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   Values scalars{{"train/samples_per_s", r.samples_per_s}, {"train/step_time_ms", r.step_time_ms}, {"train/lr", r.lr}};
   for (const auto& [key, value] : r.values) scalars.emplace_back("train/" + key, value);
   for (const auto& [phase, ms] : r.phase_ms) scalars.emplace_back("time/" + phase + "_ms", ms);
+  for (const auto& [phase, mb] : r.phase_mem_mb) scalars.emplace_back("memory/" + phase + "_peak_mb", mb);
   write_scalars(r.step, scalars);
 }
 

@@ -7,6 +7,7 @@
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <chrono>
@@ -52,6 +53,26 @@ std::vector<double> sums_over_ranks(dist::Strategy& strategy, const std::vector<
   strategy.all_reduce_sum(packed);
   const at::Tensor host = packed[0].cpu();
   return {host.data_ptr<double>(), host.data_ptr<double>() + host.numel()};
+}
+
+// detect_anomaly: the name of the first tensor with a NaN or an infinity ("" when all are finite), and what it
+// holds. Waits for the device.
+std::string first_nonfinite(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  for (const auto& [name, t] : named) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type())) continue;
+    const at::Tensor bad = t.detach().isfinite().logical_not();
+    if (const std::int64_t n = bad.sum().item<std::int64_t>(); n > 0) {
+      return fmt::format("{} ({} of {} values: {} NaN, {} infinite)", name, n, t.numel(), t.detach().isnan().sum().item<std::int64_t>(),
+                         t.detach().isinf().sum().item<std::int64_t>());
+    }
+  }
+  return "";
+}
+
+std::vector<std::pair<std::string, at::Tensor>> gradients_of(const NamedTensors& params) {
+  std::vector<std::pair<std::string, at::Tensor>> grads;
+  for (const auto& [name, p] : params) grads.emplace_back(name, p.grad());
+  return grads;
 }
 
 }  // namespace
@@ -226,9 +247,21 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   }
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
   for (const auto& m : strategy.metrics()) r.values.push_back(m);  // communication time, with several ranks
-  // Memory monitoring (seed 003): the peak of tensor memory on the device over the window, when counted.
+  // Memory monitoring (seeds 003, 004): tensor memory on the device now and at its peak over the window, and the
+  // peak by phase (the clock's laps reset the device's peak: the window's is the largest of its phases').
   if (const obs::MemoryStats mem = obs::memory_stats(options_.device); mem.tracked) {
-    r.values.emplace_back("mem_peak_mb", static_cast<double>(mem.peak_bytes) / 1e6);
+    std::int64_t peak = mem.peak_bytes;  // since the clock's last lap
+    if (w.clock != nullptr) {
+      const std::array<std::int64_t, obs::kPhases> phase_peaks = w.clock->take_memory();
+      for (std::size_t i = 0; i < obs::kPhases; ++i) {
+        if (phase_peaks[i] < 0) continue;
+        peak = std::max(peak, phase_peaks[i]);
+        r.phase_mem_mb.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), static_cast<double>(phase_peaks[i]) / 1e6);
+      }
+    }
+    r.values.emplace_back("mem_mb", static_cast<double>(mem.current_bytes) / 1e6);
+    r.values.emplace_back("mem_peak_mb", static_cast<double>(peak) / 1e6);
+    if (mem.reserved_bytes >= 0) r.values.emplace_back("mem_reserved_mb", static_cast<double>(mem.reserved_bytes) / 1e6);
     obs::reset_peak(options_.device);
   }
   // The whole process (seed 004's tracker): resident memory now and its peak so far.
@@ -369,6 +402,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           auto autocast = precision_->autocast();
           out = task_->step(*model_, b);
         }
+        if (options_.detect_anomaly) check_forward(b, out.loss);
         clock.lap(obs::Phase::kForward);
         {
           // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
@@ -377,7 +411,16 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
           std::optional<dist::Strategy::NoSync> local;
           if (i + 1 < micro) local.emplace(strategy.no_sync());
-          strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro)));
+          std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
+          if (options_.detect_anomaly) anomaly.emplace();
+          try {
+            strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro)));
+          } catch (const c10::Error& e) {
+            if (!options_.detect_anomaly) throw;
+            BELLOWS_FAIL(ErrorKind::kData, fmt::format("non-finite values in the backward pass of optimizer step {}: {}", step_ + 1, e.what_without_backtrace()),
+                         "the loss was finite: an op's gradient overflowed (lower the learning rate, clip gradients, or check the "
+                         "function autograd named)");
+          }
         }
         clock.lap(obs::Phase::kBackward);
         window.add(out);
@@ -395,6 +438,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         RECORD_USER_SCOPE("bellows::optimizer");
         strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
         precision_->unscale(params);
+        if (options_.detect_anomaly) check_gradients();
         const at::Tensor grad_norm = clip_gradients(params);
         optimizer_->set_lr(schedule_->lr(step_));
         // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
@@ -405,6 +449,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         ++step_;
         if (ema_) ema_->update(step_, skipped);
         accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
+        if (options_.detect_anomaly) check_parameters();
       }
       clock.lap(obs::Phase::kOptimizer);
       if (counting) {
@@ -538,6 +583,42 @@ std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batc
   model_->train(was_training);
   obs::reset_peak(options_.device);
   return peak;
+}
+
+void Trainer::check_forward(const data::Batch& batch, const at::Tensor& loss) const {
+  std::vector<std::pair<std::string, at::Tensor>> inputs(batch.tensors.begin(), batch.tensors.end());
+  const std::string bad_input = first_nonfinite(inputs);
+  BELLOWS_CHECK_DATA(bad_input.empty(), fmt::format("non-finite values in the batch of optimizer step {}: {}", step_ + 1, bad_input),
+                     "the data has NaN or infinite values: clean them at the source (data.csv.missing for CSV files)");
+  if (!first_nonfinite({{"loss", loss}}).empty()) {
+    const NamedTensors params = bellows::named_parameters(*model_);
+    const std::string bad_param = first_nonfinite(params);
+    std::string largest;  // finite parameters that grew large overflow a forward
+    double largest_abs = -1;
+    for (const auto& [name, p] : params) {
+      if (!at::isFloatingType(p.scalar_type()) || p.numel() == 0) continue;
+      if (const double m = p.detach().abs().max().item<double>(); m > largest_abs) largest_abs = m, largest = name;
+    }
+    BELLOWS_FAIL(ErrorKind::kData,
+                 fmt::format("non-finite loss ({}) in the forward pass of optimizer step {}: the inputs are finite, {}", loss.item<double>(), step_ + 1,
+                             bad_param.empty() ? fmt::format("and so are the parameters (largest magnitude {:.3g}, in {}): the forward overflowed",
+                                                             largest_abs, largest)
+                                               : "the parameters are not: " + bad_param),
+                 "lower the learning rate, clip gradients (train.clip_max_norm), or use fp32 if a reduced precision overflows");
+  }
+}
+
+void Trainer::check_gradients() const {
+  if (precision_->autocast_dtype() == at::kHalf) return;  // fp16-mixed: the loss scaler skips these steps by design
+  const std::string bad = first_nonfinite(gradients_of(bellows::named_parameters(*model_)));
+  BELLOWS_CHECK_DATA(bad.empty(), fmt::format("non-finite gradient after the backward pass of optimizer step {}: {}", step_ + 1, bad),
+                     "the loss was finite: lower the learning rate or clip gradients (train.clip_max_norm)");
+}
+
+void Trainer::check_parameters() const {
+  const std::string bad = first_nonfinite(bellows::named_parameters(*model_));
+  BELLOWS_CHECK_DATA(bad.empty(), fmt::format("non-finite parameter after the optimizer of step {} (lr {:.4g}): {}", step_, optimizer_->lr(), bad),
+                     "the gradients were finite: the update overflowed; lower the learning rate or check optim.eps");
 }
 
 void Trainer::run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor) {

@@ -1,6 +1,6 @@
 """TensorBoard round trip: trains the embedded demo with `bellows train` (TensorBoard on by default), then reads
 the run's events.out.tfevents.* file with the real tensorboard package (EventAccumulator) and checks every tag,
-step and value against metrics.jsonl: train/<key> and time/<phase>_ms for each training record, eval/<key> for
+step and value against metrics.jsonl: train/<key>, time/<phase>_ms and memory/<phase>_peak_mb for each training record, eval/<key> for
 each evaluation (values as float32).
 
     check_tensorboard.py BELLOWS_EXECUTABLE
@@ -8,6 +8,7 @@ each evaluation (values as float32).
 import glob
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,13 @@ def main():
                 for key, value in record.items():
                     if key in ("type", "step", "epoch", "batch", "elapsed_s") or key.endswith("_frac"):
                         continue
-                    tag = f"time/{key[5:]}" if key.startswith("time_") else f"train/{key}"
+                    phase_mem = re.fullmatch(r"mem_(data|copy|forward|backward|optimizer|other)_peak_mb", key)
+                    if key.startswith("time_"):
+                        tag = f"time/{key[5:]}"
+                    elif phase_mem:
+                        tag = f"memory/{phase_mem.group(1)}_peak_mb"
+                    else:
+                        tag = f"train/{key}"
                     expected.setdefault(tag, {})[record["step"]] = value
             elif record["type"] == "eval":
                 for key, value in record.items():
@@ -46,7 +53,7 @@ def main():
                 got = scalars[tag][step]
                 assert math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-6), f"{tag} at step {step}: {got} vs {value}"
                 checked += 1
-        for needed in ("train/loss", "time/data_ms", "time/forward_ms", "eval/loss"):
+        for needed in ("train/loss", "time/data_ms", "time/forward_ms", "memory/forward_peak_mb", "memory/backward_peak_mb", "eval/loss"):
             assert needed in scalars, f"{needed} missing"
         print(f"tensorboard round trip: {len(scalars)} tags, {checked} values match metrics.jsonl")
 

@@ -60,7 +60,8 @@ int run(int argc, char** argv) {
   app.footer("Exit codes: 0 ok, 1 failure, 2 usage or configuration error, 3 input data error, "
              "4 resource error, 5 interrupted after a clean checkpoint, 130 interrupted without a checkpoint.");
   std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app), register_bench(app),
-                                 register_ckpt(app),   register_predict(app), register_cv(app), register_launch(app), register_slurm(app)};
+                                 register_ckpt(app),   register_predict(app), register_cv(app), register_launch(app), register_slurm(app),
+                                 register_doctor(app)};
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
 
   try {

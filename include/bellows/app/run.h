@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 // Light on purpose (no tensor or module headers): the CLI's train, cv and bench commands include it.
 #include "bellows/config/config.h"          // defines: Config
@@ -16,6 +17,9 @@
 
 namespace bellows::data {
 class StreamBuffer;
+}
+namespace bellows::obs {
+class Sink;
 }
 
 namespace bellows::app {
@@ -28,6 +32,7 @@ struct RunOptions {
   std::FILE* console = stdout;  // nullptr: no console output
   int tty = -1;                 // -1: detect
   std::shared_ptr<data::StreamBuffer> stream;  // the samples of data.source: stream (pushed by the program)
+  std::vector<std::shared_ptr<obs::Sink>> sinks;  // more sinks besides the console, metrics.jsonl and TensorBoard
 };
 
 struct RunResult {

@@ -24,6 +24,9 @@ struct MemoryStats {
   // A longer-lived peak that reset_peak does not clear: since the last reset_session_peak. The trainer resets
   // peak_bytes every logging window; a pipeline reads a whole stage's peak from this one.
   std::int64_t session_peak_bytes = 0;
+  // CUDA: bytes the caching allocator holds from the driver (allocated plus cached for reuse); -1 on the CPU,
+  // where freed blocks go back to the C library (cpu_allocator decides how much of them it keeps).
+  std::int64_t reserved_bytes = -1;
 };
 
 // Installs the counting CPU allocator (idempotent, thread-safe). Returns false when LibTorch's CPU allocator

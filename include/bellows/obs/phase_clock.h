@@ -4,6 +4,9 @@
 // laps read the wall clock (the ops ran when the call returned). On CUDA the device phases (copy, forward,
 // backward, optimizer, other) are CUDA events recorded on the current stream and read when the window is taken,
 // after the trainer's one synchronisation per logging window; waiting for data is host time on every device.
+// Each lap also takes the peak of tensor memory since the previous lap as that phase's (seed 004's memory
+// tracker, per phase): the device's counted peak (obs/memory.h; on CUDA the caching allocator's, which moves
+// when the host launches the work), reset at every lap, so the peaks of a window's phases are its peak by phase.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -11,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,14 +36,19 @@ class PhaseClock {
   void lap(Phase phase);  // the time since the last mark (or lap) goes to `phase`
   // The milliseconds per phase since the last take() (or construction); on CUDA, waits for the window's events.
   std::array<double, kPhases> take();
+  // The peak tensor bytes of each phase since the last take_memory() (or construction); -1 where nothing was
+  // measured: the device's memory is not counted, or the phase did not run.
+  std::array<std::int64_t, kPhases> take_memory();
 
  private:
+  void sample_memory(Phase phase);
   struct DeviceEvents;  // CUDA: the window's events, read in take()
   using Clock = std::chrono::steady_clock;
   c10::Device device_;
   Clock::time_point last_;
   std::array<double, kPhases> host_ms_{};
   std::unique_ptr<DeviceEvents> events_;
+  std::array<std::int64_t, kPhases> peak_bytes_;
 };
 
 }  // namespace bellows::obs

@@ -36,6 +36,9 @@ struct StepRecord {
   // optimizer, other (obs/phase_clock.h). Their sum is the window's wall time per step, up to the record's own
   // reading; empty when not measured.
   Values phase_ms;
+  // The peak of tensor memory during each phase over the window, in MB (obs/phase_clock.h), for the phases
+  // measured; empty when the device's memory is not counted.
+  Values phase_mem_mb;
 };
 
 struct EvalRecord {

@@ -65,6 +65,12 @@ struct TrainerOptions {
   bool count_flops = true;
   double peak_flops_per_s = 0;  // the device's matmul peak for the precision (hw/peaks.h); 0: unknown
   std::string peak_name;        // "matmul_fp32 on cpu", for the summary
+  // Finds the first non-finite tensor of a training step and stops there with a kData error naming the step, the
+  // phase and the tensor (seed 001's NaN hunt, PyTorch's detect_anomaly): the batch's inputs and the loss after
+  // each forward, autograd's anomaly mode in backward (the backward function that made a NaN), every gradient
+  // before the optimizer (not under fp16-mixed, whose loss scaler skips such steps by design) and every parameter
+  // after it. A debugging mode: each check waits for the device, and anomaly mode slows backward.
+  bool detect_anomaly = false;
 };
 
 class Trainer {
@@ -119,6 +125,10 @@ class Trainer {
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
+  // detect_anomaly's checks; each throws a kData error naming the first non-finite tensor.
+  void check_forward(const data::Batch& batch, const at::Tensor& loss) const;
+  void check_gradients() const;
+  void check_parameters() const;
   // The schedule over `planned` optimizer steps (total_steps 0: those) with the mode of the task's monitor.
   std::unique_ptr<Schedule> build_schedule(std::int64_t planned);
   std::filesystem::path write_checkpoint(data::BatchSource* train, const std::string& reason, bool wait);  // this rank's

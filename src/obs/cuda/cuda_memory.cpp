@@ -15,6 +15,7 @@ MemoryStats cuda_memory_stats(c10::Device device) {
   s.tracked = true;
   s.current_bytes = allocated.current;
   s.peak_bytes = allocated.peak;
+  s.reserved_bytes = stats.reserved_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
   return s;
 }
 

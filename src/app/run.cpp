@@ -197,7 +197,8 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   if (const auto& entry = models::find_model(config::get_string(c, "model.name")); entry.forward_flops && config::get_bool(c, "log.flops")) {
     if (const std::optional<double> f = entry.forward_flops(c, model_context(loaders.splits))) {
       notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
-                                  "for a training step (3x)", *f / 1e9, 3 * *f / 1e9));
+                                  "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
+                                  entry.forward_flops_basis.empty() ? "" : "; " + entry.forward_flops_basis));
     }
   }
   if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {

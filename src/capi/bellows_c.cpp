@@ -20,6 +20,7 @@
 #include "bellows/app/schema.h"
 #include "bellows/config/config.h"
 #include "bellows/util/error.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/version.h"
 
 struct bellows_trainer {
@@ -79,17 +80,15 @@ int guarded(const char* call, Body&& body) noexcept {
     return fail(BELLOWS_ERR_BUSY, fmt::format("{}: {} ({})", call, e.message(), e.hint()));
   } catch (const bellows::app::NotReady& e) {
     return fail(BELLOWS_NOT_READY, fmt::format("{}: {} ({})", call, e.message(), e.hint()));
-  } catch (const Error& e) {
-    return fail(status_of(e.kind()), e.hint().empty() ? fmt::format("{}: {}", call, e.message())
-                                                      : fmt::format("{}: {} ({})", call, e.message(), e.hint()));
-  } catch (const std::bad_alloc&) {
-    return fail(BELLOWS_ERR_RESOURCE, fmt::format("{}: out of memory", call));
-  } catch (const c10::Error& e) {
-    return fail(BELLOWS_ERR_INTERNAL, fmt::format("{}: LibTorch: {}", call, e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return fail(BELLOWS_ERR_INTERNAL, fmt::format("{}: {}", call, e.what()));
   } catch (...) {
-    return fail(BELLOWS_ERR_INTERNAL, fmt::format("{}: an unknown exception", call));
+    // bellows errors by their kind; out of memory (host or device) is RESOURCE; util/exception_report.h.
+    const bellows::ExceptionReport r = bellows::report_current_exception();
+    if (r.message.empty()) return BELLOWS_ERR_RESOURCE;  // not even the message could be allocated
+    try {
+      return fail(status_of(r.kind), r.hint.empty() ? fmt::format("{}: {}", call, r.message) : fmt::format("{}: {} ({})", call, r.message, r.hint));
+    } catch (...) {
+      return status_of(r.kind);
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/timer.h"  // defines: seconds_since
 
 namespace bellows::data {
@@ -20,12 +21,6 @@ std::int64_t batch_bytes(const Batch& b) {
   std::int64_t n = 0;
   for (const auto& [name, t] : b.tensors) n += static_cast<std::int64_t>(t.nbytes());
   return n;
-}
-
-std::string first_line(const char* text) {
-  std::string s(text);
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
 }  // namespace
@@ -119,18 +114,17 @@ Loader::Result Loader::load(const Job& job) const {
     r.bytes = batch_bytes(batch);
     r.times = context.times;
     r.batch = std::move(batch);
-  } catch (const std::exception& e) {
-    const auto* be = dynamic_cast<const Error*>(&e);
+  } catch (...) {
+    // The worker's error, with where it happened; its kind as the CLI would see it (out of memory stays a
+    // resource error: util/exception_report.h).
+    const ExceptionReport e = report_current_exception();
     const std::string where =
         fmt::format("loading batch {} of epoch {} ({} samples, the first {})", job.batch, job.epoch, job.indices.size(),
                     job.indices.empty() ? std::string("none") : dataset_->describe(job.indices.front()));
-    r.error = std::make_exception_ptr(
-        be ? Error(be->kind(), fmt::format("{}; while {}", be->message(), where), be->hint())
-           : Error(ErrorKind::kInternal, fmt::format("{}; while {}", first_line(e.what()), where),
-                   "the dataset raised an unexpected error; run with data.workers=0 to debug in one thread"));
-  } catch (...) {
-    r.error = std::make_exception_ptr(Error(ErrorKind::kInternal, fmt::format("unknown exception while loading batch {}", job.batch),
-                                            "report this bug"));
+    const bool ours = !e.location.empty();
+    r.error = std::make_exception_ptr(Error(e.kind, fmt::format("{}; while {}", e.message.empty() ? "out of memory" : e.message, where),
+                                            ours || !e.hint.empty() ? e.hint
+                                                                    : "the dataset raised an unexpected error; run with data.workers=0 to debug in one thread"));
   }
   r.busy = seconds_since(start);
   return r;
@@ -280,6 +274,7 @@ LoaderStats Loader::stats() const {
   s.wall_seconds = stats_start_ ? seconds_since(*stats_start_) : 0;
   std::lock_guard lock(mutex_);
   s.queue_bytes_peak = queue_peak_;
+  s.queued = static_cast<std::int64_t>(done_.size());
   return s;
 }
 

@@ -1,26 +1,29 @@
-// SentencePiece tokenizer; see tokenizer.h. libsentencepiece is a private dependency: its headers appear only
-// here, behind Tokenizer::Impl.
+// SentencePiece tokenizer; see tokenizer.h. libsentencepiece lives in a module of its own,
+// libbellows_sentencepiece.so, opened here on first use (sentencepiece/module.h says why: its global flags
+// collide with LibTorch's).
 #include "bellows/data/tokenizer.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically
 #include "bellows/util/check.h"
+#include "sentencepiece/module.h"
 
 namespace bellows::data {
 namespace fs = std::filesystem;
+namespace spm = sentencepiece_module;
 
 struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor processor;
+  std::unique_ptr<const spm::Model> model;
   std::string serialized;
 };
 
@@ -28,26 +31,42 @@ namespace {
 
 constexpr const char* kCls = "[CLS]";
 constexpr const char* kSep = "[SEP]";
+constexpr const char* kModuleName = "libbellows_sentencepiece.so";
 
-// Feeds the trainer from memory, so no temporary corpus file is written.
-class VectorIterator final : public sentencepiece::SentenceIterator {
- public:
-  explicit VectorIterator(const std::vector<std::string>& sentences) : sentences_(sentences) { skip_empty(); }
-  bool done() const override { return i_ >= sentences_.size(); }
-  void Next() override {
-    ++i_;
-    skip_empty();
-  }
-  const std::string& value() const override { return sentences_[i_]; }
-  sentencepiece::util::Status status() const override { return {}; }
+// Sanitizer runtimes refuse RTLD_DEEPBIND (they interpose malloc and friends); those builds open the module
+// without it and live with the flag collision described in module.h.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL;
+#else
+constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+#else
+constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
 
- private:
-  void skip_empty() {
-    while (i_ < sentences_.size() && sentences_[i_].empty()) ++i_;
-  }
-  const std::vector<std::string>& sentences_;
-  std::size_t i_ = 0;
-};
+// The module beside libbellows itself (the build tree's src/ and an installation's lib/ alike), opened once and
+// never closed.
+const spm::Api& sentencepiece() {
+  static const spm::Api* api = [] {
+    Dl_info self{};
+    BELLOWS_CHECK(::dladdr(reinterpret_cast<const void*>(&sentencepiece), &self) != 0 && self.dli_fname != nullptr,
+                  "cannot find the file libbellows was loaded from", "report this bug");
+    const fs::path path = fs::path(self.dli_fname).parent_path() / kModuleName;
+    void* handle = ::dlopen(path.c_str(), kOpenFlags);
+    BELLOWS_CHECK_RESOURCE(handle != nullptr, fmt::format("cannot load the SentencePiece module {}: {}", path.string(), ::dlerror()),
+                           "it is built and installed beside libbellows; install Debian's libsentencepiece0 (scripts/setup.sh does)");
+    using Entry = const spm::Api* (*)();
+    const auto entry = reinterpret_cast<Entry>(::dlsym(handle, "bellows_sentencepiece_api"));
+    BELLOWS_CHECK(entry != nullptr && entry() != nullptr && entry()->version == spm::kApiVersion,
+                  fmt::format("{} is not the SentencePiece module of this bellows (API version {} expected)", path.string(), spm::kApiVersion),
+                  "rebuild and reinstall bellows");
+    return entry();
+  }();
+  return *api;
+}
 
 // SentencePiece's trainer and its random generator are process-wide; one training at a time.
 std::mutex& train_mutex() {
@@ -58,7 +77,7 @@ std::mutex& train_mutex() {
 }  // namespace
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl, std::string origin) : impl_(std::move(impl)), origin_(std::move(origin)) {
-  const auto& sp = impl_->processor;
+  const spm::Model& sp = *impl_->model;
   unk_ = sp.unk_id();
   pad_ = sp.pad_id() >= 0 ? sp.pad_id() : unk_;
   cls_ = id_of(kCls);
@@ -73,8 +92,9 @@ Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl, std::string origin) : imp
 
 Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& origin) {
   auto impl = std::make_shared<Impl>();
-  const auto status = impl->processor.LoadFromSerializedProto(serialized);
-  BELLOWS_CHECK_DATA(status.ok(), fmt::format("{} is not a SentencePiece model: {}", origin, status.ToString()),
+  std::string error;
+  impl->model.reset(sentencepiece().load(serialized, &error));
+  BELLOWS_CHECK_DATA(impl->model != nullptr, fmt::format("{} is not a SentencePiece model: {}", origin, error),
                      "name a .model file written by SentencePiece (spm_train, or a vocabulary bellows trained)");
   impl->serialized = std::move(serialized);
   return Tokenizer(std::move(impl), origin);
@@ -112,26 +132,25 @@ std::string Tokenizer::train(const std::vector<std::string>& sentences, const To
       {"shuffle_input_sentence", "false"},
       {"minloglevel", "2"},  // SentencePiece logs every training phase to stderr otherwise
   };
+  const spm::Api& api = sentencepiece();
   std::lock_guard<std::mutex> lock(train_mutex());
-  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(o.seed));
-  VectorIterator it(sentences);
   std::string serialized;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &serialized);
-  BELLOWS_CHECK_DATA(status.ok(), fmt::format("training the SentencePiece vocabulary failed: {}", status.ToString()),
+  const std::string error = api.train(args, sentences, static_cast<unsigned int>(o.seed), &serialized);
+  BELLOWS_CHECK_DATA(error.empty(), fmt::format("training the SentencePiece vocabulary failed: {}", error),
                      "check the corpus and data.text.vocab_size (a tiny corpus needs a small vocabulary)");
   return serialized;
 }
 
 std::vector<std::int64_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
-  const auto status = impl_->processor.Encode(text, &ids);
-  BELLOWS_CHECK_DATA(status.ok(), fmt::format("tokenizer {} cannot encode '{}': {}", origin_, text, status.ToString()),
+  const std::string error = impl_->model->encode(text, &ids);
+  BELLOWS_CHECK_DATA(error.empty(), fmt::format("tokenizer {} cannot encode '{}': {}", origin_, text, error),
                      "check the text's encoding (UTF-8 expected)");
   return {ids.begin(), ids.end()};
 }
 
 std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
-  const int n = impl_->processor.GetPieceSize();
+  const int n = impl_->model->piece_size();
   std::vector<int> narrow;
   narrow.reserve(ids.size());
   for (const std::int64_t id : ids) {
@@ -140,25 +159,25 @@ std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
     narrow.push_back(static_cast<int>(id));
   }
   std::string text;
-  const auto status = impl_->processor.Decode(narrow, &text);
-  BELLOWS_CHECK_DATA(status.ok(), fmt::format("tokenizer {} cannot decode: {}", origin_, status.ToString()), "report this bug");
+  const std::string error = impl_->model->decode(narrow, &text);
+  BELLOWS_CHECK_DATA(error.empty(), fmt::format("tokenizer {} cannot decode: {}", origin_, error), "report this bug");
   return text;
 }
 
 std::vector<std::string> Tokenizer::pieces(std::string_view text) const {
   std::vector<std::string> out;
-  const auto status = impl_->processor.Encode(text, &out);
-  BELLOWS_CHECK_DATA(status.ok(), fmt::format("tokenizer {} cannot encode '{}': {}", origin_, text, status.ToString()),
+  const std::string error = impl_->model->encode_pieces(text, &out);
+  BELLOWS_CHECK_DATA(error.empty(), fmt::format("tokenizer {} cannot encode '{}': {}", origin_, text, error),
                      "check the text's encoding (UTF-8 expected)");
   return out;
 }
 
-std::int64_t Tokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
+std::int64_t Tokenizer::vocab_size() const { return impl_->model->piece_size(); }
 
 std::int64_t Tokenizer::id_of(std::string_view piece) const {
-  const auto& sp = impl_->processor;
-  const int id = sp.PieceToId(piece);
-  return id == sp.unk_id() && piece != sp.IdToPiece(id) ? -1 : id;
+  const spm::Model& sp = *impl_->model;
+  const int id = sp.piece_to_id(piece);
+  return id == sp.unk_id() && piece != sp.id_to_piece(id) ? -1 : id;
 }
 
 const std::string& Tokenizer::serialized() const { return impl_->serialized; }

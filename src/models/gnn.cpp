@@ -12,6 +12,7 @@
 #include <optional>
 #include <tuple>
 
+#include "bellows/models/flops.h"
 #include "bellows/models/linear.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
@@ -199,6 +200,50 @@ at::Tensor GnnImpl::forward(const at::Tensor& x) {
   return y;
 }
 
+// --- analytic FLOPs ---
+namespace {
+
+// One GraphMlp over `rows` rows: in -> latent (hidden_layers times) -> out, and its LayerNorm.
+double graph_mlp_flops(double rows, std::int64_t in, std::int64_t out, const GnnOptions& o, bool norm) {
+  std::vector<std::int64_t> widths{in};
+  for (std::int64_t i = 0; i < o.mlp_layers; ++i) widths.push_back(o.latent_size);
+  widths.push_back(out);
+  double flops = 0;
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) flops += linear_flops(rows, widths[i], widths[i + 1]);
+  return flops + (norm ? norm_flops(rows * static_cast<double>(out)) : 0.0);
+}
+
+// One Interaction per sample (InteractionImpl::forward): the first edge Linear split into node and edge products,
+// the rest of the edge MLP on every edge, the node MLP on every receiver. `shared_edges`: the edge latents are the
+// same for the whole batch (an embedding), so their product counts 1/batch.
+double interaction_flops(double senders, double receivers, double edges, bool shared_edges, double batch, const GnnOptions& o) {
+  const std::int64_t l = o.latent_size;
+  double flops = linear_flops(receivers, l, l, /*bias=*/false) + linear_flops(senders, l, l, /*bias=*/false);
+  flops += linear_flops(edges, l, l) / (shared_edges ? batch : 1.0);
+  for (std::int64_t i = 0; i < o.mlp_layers; ++i) flops += linear_flops(edges, l, l);  // the edge MLP's tail
+  if (o.layer_norm) flops += norm_flops(edges * static_cast<double>(l));
+  return flops + graph_mlp_flops(receivers, 2 * l, l, o, o.layer_norm);
+}
+
+}  // namespace
+
+double gnn_forward_flops(const GnnOptions& o, const RegionalGraph& g, std::int64_t batch) {
+  const auto n = static_cast<double>(g.grid_nodes()), m = static_cast<double>(g.mesh_nodes());
+  const auto g2m = static_cast<double>(g.grid_to_mesh.size()), mesh = static_cast<double>(g.mesh.size()),
+             m2g = static_cast<double>(g.mesh_to_grid.size());
+  const auto b = static_cast<double>(std::max<std::int64_t>(1, batch));
+  const std::int64_t l = o.latent_size;
+  // --- once per batch: the static node and edge embeddings ---
+  const double shared = graph_mlp_flops(m, kPositionFeatures, l, o, o.layer_norm) + graph_mlp_flops(g2m, kEdgeFeatures, l, o, o.layer_norm) +
+                        graph_mlp_flops(mesh, kEdgeFeatures, l, o, o.layer_norm) + graph_mlp_flops(m2g, kEdgeFeatures, l, o, o.layer_norm);
+  // --- per sample: encode, process, decode ---
+  double flops = graph_mlp_flops(n, o.in_channels + kPositionFeatures, l, o, o.layer_norm);
+  flops += interaction_flops(n, m, g2m, /*shared_edges=*/true, b, o) + graph_mlp_flops(n, l, l, o, o.layer_norm);
+  for (std::int64_t i = 0; i < o.num_gnn_layers; ++i) flops += interaction_flops(m, m, mesh, /*shared_edges=*/i == 0, b, o);
+  flops += interaction_flops(m, n, m2g, /*shared_edges=*/true, b, o) + graph_mlp_flops(n, l, o.out_channels, o, false);
+  return flops + shared / b;
+}
+
 // --- registration: model "gnn" ---
 namespace {
 
@@ -318,6 +363,11 @@ ModelEntry gnn_entry() {
     s.add("model.lat", Type::kDoubleList, "grid latitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
     s.add("model.lon", Type::kDoubleList, "grid longitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
   };
+  e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
+    const GnnOptions o = options_from(c, context);
+    return gnn_forward_flops(o, build_regional_graph(o.lat, o.lon, o.mesh), config::get_int(c, "data.batch_size"));
+  };
+  e.forward_flops_basis = "the static mesh and edge embeddings run once per batch and count 1/data.batch_size per sample";
   e.build = [](const config::Config& c, const ModelContext& context) {
     auto module = std::make_shared<GnnImpl>(options_from(c, context));
     Forward forward = [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<GnnImpl&>(m).forward(x); };

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <optional>
 
+#include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
@@ -36,6 +37,41 @@ std::int64_t resnet_base_channels(double width) {
   BELLOWS_CHECK_CONFIG(width > 0 && std::isfinite(width), fmt::format("ResNet width {} is not positive", width),
                        "set model.width to a positive multiplier of 64 channels (1.0: torchvision's ResNet)");
   return std::max<std::int64_t>(8, 8 * std::llround(64.0 * width / 8.0));
+}
+
+double resnet_forward_flops(const ResNetOptions& o, std::int64_t height, std::int64_t width) {
+  // A convolution with padding kernel / 2: out = (in + 2 (k / 2) - k) / stride + 1.
+  const auto out_size = [](std::int64_t in, std::int64_t kernel, std::int64_t stride) { return (in + 2 * (kernel / 2) - kernel) / stride + 1; };
+  const bool imagenet = o.stem == "imagenet";
+  const std::int64_t base = resnet_base_channels(o.width), k = imagenet ? 7 : 3, s = imagenet ? 2 : 1;
+  std::int64_t h = out_size(height, k, s), w = out_size(width, k, s);
+  BELLOWS_CHECK_CONFIG(h >= 1 && w >= 1, fmt::format("ResNet images of {}x{} are too small for the {} stem", height, width, o.stem),
+                       "use larger images or model.stem: small");
+  // --- stem ---
+  double flops = conv2d_flops(1, o.in_channels, base, k, k, h, w) + norm_flops(static_cast<double>(base * h * w));
+  if (imagenet) {  // 3x3 stride-2 max pool, padding 1
+    h = (h + 2 - 3) / 2 + 1;
+    w = (w + 2 - 3) / 2 + 1;
+  }
+  // --- stages of BasicBlocks ---
+  std::int64_t in_planes = base;
+  const std::vector<std::int64_t> stages = blocks_per_stage(o.depth);
+  for (std::size_t stage = 0; stage < stages.size(); ++stage) {
+    const std::int64_t planes = base << stage;
+    for (std::int64_t i = 0; i < stages[stage]; ++i) {
+      const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
+      const std::int64_t ho = out_size(h, 3, stride), wo = out_size(w, 3, stride);
+      const double values = static_cast<double>(planes * ho * wo);
+      flops += conv2d_flops(1, in_planes, planes, 3, 3, ho, wo) + norm_flops(values);  // conv1, bn1
+      flops += conv2d_flops(1, planes, planes, 3, 3, ho, wo) + norm_flops(values);     // conv2, bn2
+      if (stride != 1 || in_planes != planes) flops += conv2d_flops(1, in_planes, planes, 1, 1, ho, wo) + norm_flops(values);  // downsample
+      h = ho;
+      w = wo;
+      in_planes = planes;
+    }
+  }
+  // --- head ---
+  return flops + linear_flops(1, in_planes, o.num_classes);
 }
 
 at::Tensor batch_norm_once(torch::nn::BatchNorm2d& bn, const at::Tensor& x) {
@@ -200,6 +236,17 @@ void check_against_data(ResNetOptions& o, const config::Config& c, const data::D
                        fmt::format("set model.num_classes to at least {} (or 0 to take the data's count)", at_least));
 }
 
+ResNetOptions resnet_options_from_keys(const config::Config& c) {
+  ResNetOptions o;
+  o.depth = config::get_int(c, "model.depth");
+  o.width = config::get_double(c, "model.width");
+  o.in_channels = config::get_int(c, "model.in_channels");
+  o.num_classes = config::get_int(c, "model.num_classes");
+  o.stem = config::get_string(c, "model.stem");
+  o.zero_init_residual = config::get_bool(c, "model.zero_init_residual");
+  return o;
+}
+
 ModelEntry resnet_entry() {
   ModelEntry e;
   e.name = "resnet";
@@ -225,14 +272,17 @@ ModelEntry resnet_entry() {
     s.add("model.zero_init_residual", Type::kBool, "start each block's last BatchNorm at weight 0")
         .default_value(YAML::Node(false));
   };
+  e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
+    if (!context.train || context.train->size() == 0) return std::nullopt;  // the image size comes from the data
+    const at::Tensor x = data::first_sample(*context.train).at("x");
+    if (x.dim() != 4) return std::nullopt;
+    ResNetOptions o = resnet_options_from_keys(c);
+    o.in_channels = x.size(1);
+    if (o.num_classes == 0) check_against_data(o, c, *context.train, context.facts);
+    return resnet_forward_flops(o, x.size(2), x.size(3));
+  };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    ResNetOptions o;
-    o.depth = config::get_int(c, "model.depth");
-    o.width = config::get_double(c, "model.width");
-    o.in_channels = config::get_int(c, "model.in_channels");
-    o.num_classes = config::get_int(c, "model.num_classes");
-    o.stem = config::get_string(c, "model.stem");
-    o.zero_init_residual = config::get_bool(c, "model.zero_init_residual");
+    ResNetOptions o = resnet_options_from_keys(c);
     if (context.train) {
       check_against_data(o, c, *context.train, context.facts);
     } else {

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "bellows/models/dropout.h"
+#include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
 #include "bellows/util/check.h"
 #include "bellows/util/format.h"  // defines: shape_of
@@ -209,6 +210,19 @@ ModelEntry text_pair_entry() {
     s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
         .default_value(node(true));
   };
+  e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
+    // At the longest pair the data allows: batches are padded to their longest pair, so most steps compute less.
+    const TransformerEncoderOptions encoder = encoder_options_from(c);
+    const std::int64_t max_len = config::get_int(c, "model.max_len");
+    const std::int64_t classes = config::get_int(c, "model.num_classes");
+    const auto& text = context.facts.text;
+    const std::int64_t tokens = max_len > 0 ? max_len : text ? text->max_len : 128;
+    const std::int64_t num_classes = classes > 0 ? classes : text ? text->num_classes : 0;
+    if (num_classes <= 0) return std::nullopt;
+    return encoder_forward_flops(encoder, tokens) + linear_flops(1, encoder.d_model, num_classes);
+  };
+  e.forward_flops_basis = "at the longest pair (model.max_len or data.text.max_len tokens); batches are padded to their longest pair, "
+                          "so shorter batches compute less";
   e.build = [](const config::Config& c, const ModelContext& context) {
     TextPairOptions o;
     o.pooling = config::get_string(c, "model.pooling");

@@ -1,5 +1,6 @@
 // Memory accounting; see memory.h. The counting CPU allocator is written here because LibTorch's CPU
-// allocator keeps no statistics (its profiler hook reports only to a thread-local profiler state).
+// allocator keeps no statistics (its profiler hook reports only to a thread-local profiler state); it reports to
+// that hook as LibTorch's allocator does, so memory profiling still sees CPU allocations.
 #include "bellows/obs/memory.h"
 
 #include <cstdlib>
@@ -50,6 +51,7 @@ void count(std::int64_t delta) {
 
 void counted_free(void* data) {
   if (data == nullptr) return;
+  c10::profiledCPUMemoryReporter().Delete(data);  // as LibTorch's own CPU allocator: the profiler's memory events
   char* base = static_cast<char*>(data) - kHeader;
   std::int64_t size = 0;
   std::memcpy(&size, base, sizeof size);
@@ -66,6 +68,9 @@ class CountingCpuAllocator final : public c10::Allocator {
     std::memcpy(base, &size, sizeof size);
     count(size);
     void* data = base + kHeader;
+    // As LibTorch's own CPU allocator does: profile.memory traces (the profiler's [memory] events) see the CPU
+    // allocations only through this reporter.
+    c10::profiledCPUMemoryReporter().New(data, n);
     return {data, data, &counted_free, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }

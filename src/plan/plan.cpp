@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <climits>
 #include <cstdint>
 #if defined(__GLIBC__)
@@ -186,8 +187,20 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
                           : !cuda                      ? "cuDNN is not used on the CPU"
                           : req.deterministic          ? "off for deterministic runs"
                                                        : "fixed shapes: cuDNN times its algorithms once and keeps the fastest"});
+  std::string deterministic_reason = "deterministic algorithms, cuDNN deterministic, seeded RNGs";
+  if (plan.deterministic && cuda) {
+    // cuBLAS reproduces its results only with one of these workspace configurations; ATen checks it at every
+    // matrix product of a deterministic run. One the user set is kept when it is one of them.
+    const char* set = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+    const std::string given = set ? set : "";
+    BELLOWS_CHECK_CONFIG(given.empty() || given == ":4096:8" || given == ":16:8",
+                         fmt::format("deterministic: true on CUDA, but CUBLAS_WORKSPACE_CONFIG is '{}'", given),
+                         "unset CUBLAS_WORKSPACE_CONFIG (bellows sets :4096:8) or set it to :4096:8 or :16:8");
+    plan.cublas_workspace_config = given.empty() ? ":4096:8" : given;
+    deterministic_reason += fmt::format(", CUBLAS_WORKSPACE_CONFIG={} ({})", plan.cublas_workspace_config, given.empty() ? "set by bellows" : "from the environment");
+  }
   plan.entries.push_back({"deterministic", plan.deterministic ? "true" : "false",
-                          plan.deterministic ? "deterministic algorithms, cuDNN deterministic, seeded RNGs" : "requested: fastest algorithms allowed"});
+                          plan.deterministic ? deterministic_reason : "requested: fastest algorithms allowed"});
   plan.channels_last = req.channels_last;
   plan.entries.push_back({"channels_last", plan.channels_last ? "true" : "false", plan.channels_last ? "requested: NHWC for 4-D tensors" : "default"});
   plan.pin_memory = parse_tristate("pin_memory", req.pin_memory, cuda);
@@ -227,6 +240,8 @@ void refine_workers(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_m
 }
 
 void apply(const Plan& plan) {
+  // Before anything can create a cuBLAS handle (the environment is read then, and by ATen's determinism check).
+  if (!plan.cublas_workspace_config.empty()) ::setenv("CUBLAS_WORKSPACE_CONFIG", plan.cublas_workspace_config.c_str(), /*overwrite=*/1);
   at::set_num_threads(plan.threads);
   auto& ctx = at::globalContext();
   ctx.setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
@@ -247,6 +262,7 @@ std::string Plan::to_json(int indent) const {
   j["threads"] = threads;
   j["cudnn_benchmark"] = cudnn_benchmark;
   j["deterministic"] = deterministic;
+  if (!cublas_workspace_config.empty()) j["cublas_workspace_config"] = cublas_workspace_config;
   j["channels_last"] = channels_last;
   j["pin_memory"] = pin_memory;
   j["workers"] = workers;

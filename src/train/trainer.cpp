@@ -693,13 +693,19 @@ std::filesystem::path Trainer::write_checkpoint(data::BatchSource* train, const 
   c.info["reason"] = reason;
   c.info["precision"] = options_.precision;
   if (options_.sessions) c.info["online"] = true;
-  if (last_eval_) c.info["monitor"] = {{"name", task_->monitor()}, {"value", *last_eval_}};
   const std::filesystem::path path = options_.checkpoint.dir / ckpt::checkpoint_name(step_);
-  // The best checkpoint by the monitored metric survives pruning.
+  // The best checkpoint by the monitored metric survives pruning; the manifest names it, so a resumed run keeps
+  // protecting it (and compares later evaluations with its value, not with the last one).
   const bool lower = task_->lower_is_better();
   if (last_eval_ && (!best_eval_ || (lower ? *last_eval_ < *best_eval_ : *last_eval_ > *best_eval_))) {
     best_eval_ = last_eval_;
     best_checkpoint_ = path;
+  }
+  // "monitor": the metric at the last evaluation before this checkpoint; "best": the best so far and where it is.
+  if (last_eval_) c.info["monitor"] = {{"name", task_->monitor()}, {"value", *last_eval_}};
+  if (best_eval_) {
+    c.info["best"] = {{"name", task_->monitor()}, {"value", *best_eval_}, {"lower_is_better", lower}};
+    if (!best_checkpoint_.empty()) c.info["best"]["checkpoint"] = best_checkpoint_.filename().string();
   }
   std::vector<std::filesystem::path> keep;
   if (options_.checkpoint.keep_best && !best_checkpoint_.empty()) keep.push_back(best_checkpoint_);
@@ -758,6 +764,11 @@ std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::Batch
   }
   load_rng_state(sub_dict(c.state, "rng"));
   if (c.info.contains("monitor")) last_eval_ = best_eval_ = c.info["monitor"]["value"].get<double>();
+  if (const auto best = c.info.find("best"); best != c.info.end() && best->is_object()) {
+    if (best->contains("value") && (*best)["value"].is_number()) best_eval_ = (*best)["value"].get<double>();
+    // The best checkpoint keeps its protection from pruning when this run writes into the same directory.
+    if (const std::string name = best->value("checkpoint", std::string()); !name.empty()) best_checkpoint_ = options_.checkpoint.dir / name;
+  }
   return differences;
 }
 

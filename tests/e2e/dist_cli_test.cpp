@@ -232,8 +232,10 @@ TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
   auto with_steps = [&](const std::string& name, std::int64_t steps, const std::string& more) {
     return launch + dist_args(csv, dir, name, 8, extra + fmt::format(" train.epochs=100000 train.max_steps={} {}", steps, more));
   };
-  // SIGINT to the launcher after 3 s: both ranks stop at the same step, rank 0 writes the checkpoint, exit 5.
-  const CliResult stopped = run_cli(with_steps("run", 100000000, ""), "timeout -s INT --preserve-status 3");
+  // SIGINT to the launcher once rank 0 has logged a step: both ranks stop at the same step, rank 0 writes the
+  // checkpoint, exit 5.
+  const CliResult stopped = bellows::testing::run_cli_signalled_when(with_steps("run", 100000000, ""),
+                                                                     [&] { return bellows::testing::has_record(dir / "run" / "metrics.jsonl"); });
   ASSERT_EQ(stopped.code, 5) << stopped.out << stopped.err;
   EXPECT_THAT(stopped.err, HasSubstr("after signal 2"));
   std::int64_t at = -1;

@@ -114,11 +114,23 @@ TEST(TrainCli, UnusableDeviceIsAResourceError) {
   EXPECT_NE(r.err.find("CUDA is not usable"), std::string::npos) << r.err;
 }
 
+// A model that cannot be allocated (a hidden layer of 10^11 units: 25.6 TB of weights) is a resource error, exit 4
+// with the out-of-memory hint, and leaves no run directory half-made.
+TEST(TrainCli, OutOfMemoryIsAResourceErrorWithAHint) {
+  const fs::path out = scratch();
+  const Result r = run("train model.hidden=[100000000000] --output-dir " + out.string());
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_NE(r.err.find("resource error: out of memory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("---> HINT: reduce data.batch_size"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out / "demo" / "checkpoints")) << "nothing trained, nothing to checkpoint";
+}
+
 TEST(TrainCli, InterruptStopsAtAStepBoundary) {
   const fs::path out = scratch();
-  // SIGINT after 3 s of a run that would take far longer.
-  const Result r = run("train --epochs 1000 --output-dir " + out.string() + " threads=1 checkpoint.enabled=false",
-                       "timeout -s INT --preserve-status 3");
+  // SIGINT once the run has logged a step, in a run that would take far longer.
+  const Result r = bellows::testing::run_cli_signalled_when(
+      "train --epochs 1000 --output-dir " + out.string() + " threads=1 checkpoint.enabled=false",
+      [&] { return bellows::testing::has_record(out / "demo" / "metrics.jsonl"); });
   EXPECT_EQ(r.code, 130) << r.err << r.out;
   EXPECT_NE(r.err.find("interrupted at optimizer step"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("run interrupted"), std::string::npos) << r.out;
@@ -133,9 +145,9 @@ TEST(TrainCli, InterruptStopsAtAStepBoundary) {
 
 TEST(TrainCli, InterruptWritesACheckpointExits5AndResumeAutoFinishes) {
   const fs::path out = scratch();
-  // SIGINT after 3 s: the step finishes, a checkpoint is written, exit code 5.
+  // SIGINT once the run has logged a step: the step finishes, a checkpoint is written, exit code 5.
   const std::string args = "train --epochs 30 --output-dir " + out.string() + " threads=1 train.log_every_n_steps=50";
-  const Result r = run(args, "timeout -s INT --preserve-status 3");
+  const Result r = bellows::testing::run_cli_signalled_when(args, [&] { return bellows::testing::has_record(out / "demo" / "metrics.jsonl"); });
   ASSERT_EQ(r.code, 5) << r.err << r.out;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
   const fs::path checkpoints = out / "demo" / "checkpoints";

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "bellows/util/error.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/suggest.h"
 #include "bellows/version.h"
 #include "command.h"
@@ -101,15 +102,12 @@ int main(int argc, char** argv) {
   using namespace bellows;
   try {
     return cli::run(argc, argv);
-  } catch (const Error& e) {
-    std::cerr << "bellows: " << to_string(e.kind()) << ": " << e.message() << " [" << e.file() << ":" << e.line() << "]\n";
-    if (!e.hint().empty()) std::cerr << "---> HINT: " << e.hint() << "\n";
-    return cli::exit_code(e.kind());
-  } catch (const std::bad_alloc&) {
-    std::cerr << "bellows: resource error: out of memory\n---> HINT: reduce the batch size or the model size\n";
-    return cli::kExitResource;
-  } catch (const std::exception& e) {
-    std::cerr << "bellows: internal error: " << e.what() << "\n";
-    return cli::kExitFailure;
+  } catch (...) {
+    // One line naming the kind (and where a bellows error was raised), then the hint (util/exception_report.h).
+    const ExceptionReport r = report_current_exception();
+    std::cerr << "bellows: " << to_string(r.kind) << ": " << (r.message.empty() ? "out of memory" : r.message)
+              << (r.location.empty() ? "" : " [" + r.location + "]") << "\n";
+    if (!r.hint.empty()) std::cerr << "---> HINT: " << r.hint << "\n";
+    return cli::exit_code(r.kind);
   }
 }

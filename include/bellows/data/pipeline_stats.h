@@ -30,6 +30,7 @@ struct LoaderStats {
   std::int64_t workers = 0;            // 0: synchronous
   std::int64_t prefetch = 0;
   std::int64_t queue_bytes_peak = 0;   // most bytes held by loaded-but-undelivered batches at once
+  std::int64_t queued = 0;             // batches loaded and not yet taken by the training thread, now
 };
 
 }  // namespace bellows::data

@@ -42,6 +42,12 @@ struct GnnOptions {
   MeshOptions mesh;
 };
 
+// Analytic forward FLOPs per sample of a GnnImpl with these options on `graph` (models/flops.h conventions: the
+// Linear layers and LayerNorms; activations, gathers and the scatter-add not counted), for batches of `batch`
+// samples: the mesh, edge embeddings and the first edge products of the encoder, the first processor layer and
+// the decoder take no sample's data and run once per batch, so they count 1/batch per sample.
+double gnn_forward_flops(const GnnOptions& options, const RegionalGraph& graph, std::int64_t batch);
+
 // The scatter-add aggregation of message passing: out[..., n, :] = sum of values[..., e, :] over the edges e
 // with index[e] == n. values [..., E, F], index int64 [E] in [0, size); out [..., size, F], zero where no
 // edge arrives. One at::index_add over the node dimension.

@@ -55,6 +55,8 @@ struct ModelEntry {
   // Optional: the model's forward FLOPs per sample, analytic per layer (models/flops.h), from its keys and, where
   // they depend on it, the data's sample shapes (context.train; std::nullopt without them).
   std::function<std::optional<double>(const config::Config&, const ModelContext&)> forward_flops;
+  // What forward_flops assumes where the work varies between batches ("" where it does not), printed beside it.
+  std::string forward_flops_basis;
 };
 
 // Every registered model, sorted by name.

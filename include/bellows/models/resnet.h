@@ -36,6 +36,12 @@ struct ResNetOptions {
 // kConfig error for width <= 0.
 std::int64_t resnet_base_channels(double width);
 
+// Analytic FLOPs of one forward pass of one image of height x width (models/flops.h conventions): every
+// convolution, every BatchNorm (5 per element) and the head; max pooling, the residual additions and the global
+// average pool are not counted (LibTorch's counter does not count them either). kConfig error for a size the
+// stem cannot take (below 1 pixel after it).
+double resnet_forward_flops(const ResNetOptions& options, std::int64_t height, std::int64_t width);
+
 // BatchNorm for the blocks: in training, while a checkpointed block is recomputed in backward (recomputing()),
 // normalises with the batch's statistics and leaves running_mean/var and num_batches_tracked alone, so that a
 // checkpointed step updates them exactly once, as a plain step does. Otherwise bn->forward(x).

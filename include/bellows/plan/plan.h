@@ -44,6 +44,9 @@ struct Plan {
   int workers = 0;                 // data loading threads (0: in the training thread)
   bool workers_planned = false;    // workers came from the hardware (data.workers: -1); refine_workers may revise it
   std::int64_t retain_bytes = 0;   // > 0: freed heap memory up to this much is kept for reuse (cpu_allocator)
+  // Deterministic CUDA runs: the CUBLAS_WORKSPACE_CONFIG that apply() sets (cuBLAS is reproducible only with a
+  // fixed workspace configuration, and ATen's first matrix product throws without one); "" otherwise.
+  std::string cublas_workspace_config;
   std::vector<PlanEntry> entries;  // one per setting, in the order above
 
   std::string to_json(int indent = 2) const;
@@ -52,8 +55,9 @@ struct Plan {
 // kConfig errors for malformed values; kResource when a requested device is not usable (with the reason).
 Plan resolve(const PlanRequest& request, const hw::HardwareInfo& hw);
 
-// Applies the process-wide settings: intra-op threads, deterministic algorithms, cuDNN flags, and glibc's
-// malloc thresholds (cpu_allocator: retain).
+// Applies the process-wide settings: intra-op threads, deterministic algorithms, cuDNN flags, CUBLAS_WORKSPACE_CONFIG
+// (deterministic CUDA runs; before the first cuBLAS call, which is why it is here), and glibc's malloc thresholds
+// (cpu_allocator: retain).
 void apply(const Plan& plan);
 
 // Planned workers revisited once the data is known, from the measured cost of fetching one batch in the

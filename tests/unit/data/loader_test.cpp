@@ -185,6 +185,36 @@ TEST(Loader, WorkerExceptionReachesTheTrainingThreadWithContext) {
   }
 }
 
+// A worker that runs out of memory: the training thread gets a resource error (the CLI's exit code 4) with the
+// batch it was loading, not an internal error.
+TEST(Loader, AnAllocationFailureInAWorkerStaysAResourceError) {
+  class Hungry final : public Dataset {
+   public:
+    std::int64_t size() const override { return 8; }
+    Example get(std::int64_t index, FetchContext&) const override {
+      if (index == 5) return {{"x", at::empty({std::int64_t{1} << 44})}};  // 64 TiB: the CPU allocator fails
+      return {{"x", at::zeros({2})}};
+    }
+    std::string describe(std::int64_t index) const override { return "row " + std::to_string(index); }
+    std::string name() const override { return "hungry"; }
+  };
+  for (std::int64_t workers : {0, 2}) {
+    Loader loader(std::make_shared<Hungry>(), Sampler(8, SamplerOptions{.kind = "sequential"}), lopts(2, workers));
+    loader.start_epoch(0);
+    ASSERT_TRUE(loader.next());
+    ASSERT_TRUE(loader.next());
+    try {
+      loader.next();
+      ADD_FAILURE() << "64 TiB were allocated";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kResource) << e.message();
+      EXPECT_THAT(e.message(), HasSubstr("out of memory")) << workers << " workers";
+      EXPECT_THAT(e.message(), HasSubstr("while loading batch 2 of epoch 0 (2 samples, the first row 4)"));
+      EXPECT_THAT(e.hint(), HasSubstr("reduce data.batch_size"));
+    }
+  }
+}
+
 TEST(Loader, ConsumerStoppingEarlyShutsDownWithoutDeadlock) {
   auto finished = std::async(std::launch::async, [] {
     auto ds = std::make_shared<IndexDataset>(10000, 2000);
@@ -261,11 +291,19 @@ TEST(Loader, StagerCopiesOneBatchAheadOfTheTrainingStep) {
   std::vector<std::string> log;
   auto ds = std::make_shared<IndexDataset>(8);
   Loader loader(ds, Sampler(8, SamplerOptions{.kind = "sequential"}), lopts(2, 1), std::make_unique<RecordingStager>(&log));
+  // Waits (for a condition, not a time) until `n` batches are loaded and waiting in the queue.
+  const auto wait_until_queued = [&](std::int64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (loader.stats().queued < n) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the worker never loaded " << n << " batches ahead";
+      std::this_thread::sleep_for(1ms);
+    }
+  };
   loader.start_epoch(0);
-  std::this_thread::sleep_for(200ms);  // the worker has loaded the first batches
+  wait_until_queued(2);  // batches 0 and 1
   auto b0 = loader.next();
   EXPECT_TRUE(b0->tensors.count("prepared"));  // prepared (pinned) in the worker
-  std::this_thread::sleep_for(200ms);
+  wait_until_queued(1);  // batch 2 (batch 1 is staged)
   auto b1 = loader.next();
   // Batch 1's copy began before batch 0 was handed out; batch 2's before batch 1 was.
   EXPECT_EQ(log, (std::vector<std::string>{"begin 0", "finish 0", "begin 2", "finish 2", "begin 4"}));

@@ -13,8 +13,14 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
+#include <c10/util/Logging.h>
+
 #include "bellows/util/error.h"
+#include "bellows/util/exception_report.h"
 #include "test_util.h"
+
+C10_DECLARE_bool(caffe2_use_fatal_for_enforce);
 
 namespace bellows::data {
 namespace {
@@ -137,6 +143,28 @@ TEST(Tokenizer, ErrorsNameTheFileOrTheProblem) {
   e = error_from([&] { Tokenizer::train(corpus(), wrong); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
   EXPECT_THAT(e.message(), HasSubstr("wordpiece"));
+}
+
+// Regression: linked into the process, Debian's libsentencepiece bound its global FLAGS_minloglevel (a 32-byte
+// flag object) to libc10's 4-byte int of that name and wrote over libc10's flags, turning on
+// FLAGS_caffe2_use_fatal_for_enforce: a failed CPU allocation then aborted the process instead of throwing. The
+// tokenizer now loads SentencePiece as a module with RTLD_DEEPBIND (data/sentencepiece/module.h).
+TEST(Tokenizer, SentencePieceLeavesLibTorchsFlagsAlone) {
+  TokenizerTrainOptions o;
+  o.vocab_size = 50;
+  o.model_type = "bpe";
+  const Tokenizer tok = Tokenizer::from_serialized(Tokenizer::train(corpus(), o), "test corpus");  // loaded and trained
+  EXPECT_FALSE(tok.encode("the red cat").empty());
+  EXPECT_FALSE(FLAGS_caffe2_use_fatal_for_enforce);
+  // So a failed allocation (64 TiB) is an exception the CLI reports as out of memory, not an abort.
+  try {
+    at::empty({std::int64_t{1} << 44}, at::kFloat);
+    FAIL() << "64 TiB were allocated";
+  } catch (...) {
+    const ExceptionReport r = report_current_exception();
+    EXPECT_EQ(r.kind, ErrorKind::kResource) << r.message;
+    EXPECT_TRUE(r.out_of_memory) << r.message;
+  }
 }
 
 }  // namespace

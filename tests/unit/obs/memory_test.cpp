@@ -7,7 +7,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "bellows/models/activation_checkpoint.h"
+#include "bellows/obs/profile.h"
 
 namespace bellows::obs {
 namespace {
@@ -93,6 +100,40 @@ TEST(Memory, ActivationCheckpointingKeepsOnlyBlockInputs) {
 
 namespace bellows::obs {
 namespace {
+
+// profile.memory: the trace's [memory] events include the CPU tensors allocated through the counting allocator
+// (it reports to LibTorch's profiler as the default allocator does), with their sizes, allocation and free.
+TEST(Memory, ProfiledTracesRecordCpuAllocations) {
+  ASSERT_TRUE(install_cpu_tracking());
+  const auto path = std::filesystem::path(::testing::TempDir()) / ("memory_trace_" + std::to_string(::getpid()) + ".json");
+  constexpr std::int64_t kBytes = 3 << 20;  // a size nothing else in the window allocates
+  {
+    ProfileOptions o;
+    o.enabled = true;
+    o.start_step = 0;
+    o.steps = 1;
+    o.profile_memory = true;
+    o.path = path;
+    StepProfiler profiler(o);
+    profiler.before_step(0);
+    { const at::Tensor t = at::ones({kBytes / 4}, at::kFloat); }  // allocated and freed inside the trace
+    ASSERT_TRUE(profiler.after_step(1));
+  }
+  std::ifstream in(path);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  int allocated = 0, freed = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("name", "") != "[memory]" || !e.contains("args")) continue;
+    const auto& a = e["args"];
+    if (a.value("Device Type", -1) != 0) continue;  // CPU
+    const std::int64_t bytes = a.value("Bytes", std::int64_t{0});
+    if (bytes == kBytes) ++allocated;
+    if (bytes == -kBytes) ++freed;
+  }
+  EXPECT_EQ(allocated, 1) << "no [memory] event of the CPU tensor's allocation in " << path;
+  EXPECT_EQ(freed, 1) << "no [memory] event of the CPU tensor's release in " << path;
+  std::filesystem::remove(path);
+}
 
 TEST(ProcessMemory, ResidentMemoryGrowsWithTouchedPagesAndThePeakFollows) {
   const ProcessMemory before = process_memory();

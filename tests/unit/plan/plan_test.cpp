@@ -1,5 +1,8 @@
 // Plan resolution: "auto" settings become concrete with reasons; impossible requests fail clearly.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "bellows/plan/plan.h"
 #include "bellows/util/error.h"
@@ -124,6 +127,47 @@ TEST(Plan, AutoOnGpus) {
   PlanRequest det;
   det.deterministic = true;
   EXPECT_FALSE(resolve(det, gpu_machine(8)).cudnn_benchmark);
+}
+
+// deterministic: true on CUDA sets CUBLAS_WORKSPACE_CONFIG (cuBLAS throws at the first matmul of a deterministic
+// run without it); one already set to a deterministic value is kept; any other value is a config error. CPU runs
+// leave it alone.
+TEST(Plan, DeterministicCudaRunsSetTheCublasWorkspace) {
+  const char* before = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  const std::string saved = before ? before : "";
+  ::unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  PlanRequest r;
+  r.deterministic = true;
+  const Plan p = resolve(r, gpu_machine(8));
+  ASSERT_TRUE(p.device.is_cuda());
+  EXPECT_EQ(p.cublas_workspace_config, ":4096:8");
+  EXPECT_NE(reason_of(p, "deterministic").find("CUBLAS_WORKSPACE_CONFIG=:4096:8 (set by bellows)"), std::string::npos);
+  EXPECT_NE(p.to_json().find("\"cublas_workspace_config\": \":4096:8\""), std::string::npos);
+  EXPECT_EQ(resolve(r, cpu_machine(false)).cublas_workspace_config, "");
+  PlanRequest fast;  // not deterministic: nothing to set
+  EXPECT_EQ(resolve(fast, gpu_machine(8)).cublas_workspace_config, "");
+
+  // apply() sets it (a CPU plan carrying the value: applying a CUDA plan needs a GPU).
+  Plan cpu = resolve({}, cpu_machine(false));
+  cpu.cublas_workspace_config = ":4096:8";
+  cpu.threads = at::get_num_threads();  // the rest of apply() as this process has it
+  cpu.retain_bytes = 0;
+  apply(cpu);
+  ASSERT_NE(std::getenv("CUBLAS_WORKSPACE_CONFIG"), nullptr);
+  EXPECT_STREQ(std::getenv("CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
+
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8", 1);
+  EXPECT_EQ(resolve(r, gpu_machine(8)).cublas_workspace_config, ":16:8");
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 1);
+  try {
+    resolve(r, gpu_machine(8));
+    ADD_FAILURE() << "accepted CUBLAS_WORKSPACE_CONFIG=:0:0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.message().find("':0:0'"), std::string::npos) << e.message();
+  }
+  if (saved.empty()) ::unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  else ::setenv("CUBLAS_WORKSPACE_CONFIG", saved.c_str(), 1);
 }
 
 TEST(Plan, ExplicitRequestsKeepTheirValueAndSaySo) {

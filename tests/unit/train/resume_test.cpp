@@ -247,5 +247,72 @@ TEST(Resume, EveryNMinutesWritesByTheClock) {
   }
 }
 
+// An evaluation score that follows a script, one value per evaluation (the validation data is one batch), so
+// which checkpoint is the best is known in advance.
+class ScriptedScoreTask final : public Task {
+ public:
+  explicit ScriptedScoreTask(std::vector<double> scores) : scores_(std::move(scores)) {}
+  StepOutput step(torch::nn::Module& m, const data::Batch& b) override { return inner_->step(m, b); }
+  StepOutput eval_step(torch::nn::Module& m, const data::Batch& b) override {
+    StepOutput out = inner_->eval_step(m, b);
+    out.metrics.emplace_back("score", at::scalar_tensor(scores_.at(next_++), at::kDouble));
+    return out;
+  }
+  std::string monitor() const override { return "score"; }
+
+ private:
+  std::shared_ptr<Task> inner_ = task();
+  std::vector<double> scores_;
+  std::size_t next_ = 0;
+};
+
+std::vector<std::string> checkpoint_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& p : ckpt::list_checkpoints(dir)) names.push_back(p.filename().string());
+  return names;
+}
+
+// checkpoint.keep_best across a resume: the best checkpoint of the first run (step 20) must survive the pruning
+// of the second, whose later evaluations are worse than it but better than the last one before the stop.
+TEST(Resume, TheBestCheckpointSurvivesPruningAfterAResume) {
+  const fs::path dir = fresh("best");
+  auto val_data = std::make_shared<data::TensorDataset>(data::make_synthetic({.samples = 16, .features = 8, .seed = 4}));
+  const auto val = [&] {
+    return std::make_unique<data::Loader>(val_data, data::Sampler(16, data::SamplerOptions{}), data::LoaderOptions{.batch_size = 16});
+  };
+  TrainerOptions o = options(dir);
+  o.ema.reset();
+  o.epochs = 100;
+  o.max_steps = 30;
+  o.eval_every_n_steps = 10;
+  o.checkpoint.every_n_steps = 10;
+  o.checkpoint.keep_last = 1;
+  o.checkpoint.keep_best = true;
+  {
+    Trainer first(make_resume_mlp(1), std::make_shared<ScriptedScoreTask>(std::vector<double>{5, 1, 4}), o);
+    auto train_data = loader();
+    auto v = val();
+    first.fit(*train_data, v.get());
+  }
+  ASSERT_EQ(checkpoint_names(dir), (std::vector<std::string>{ckpt::checkpoint_name(20), ckpt::checkpoint_name(30)}));
+  const nlohmann::json info30 = ckpt::read_manifest(dir / ckpt::checkpoint_name(30)).info;
+  EXPECT_EQ(info30["monitor"]["value"], 4.0) << "the last evaluation";
+  EXPECT_EQ(info30["best"]["value"], 1.0);
+  EXPECT_EQ(info30["best"]["checkpoint"], ckpt::checkpoint_name(20));
+
+  o.max_steps = 50;
+  Trainer second(make_resume_mlp(2), std::make_shared<ScriptedScoreTask>(std::vector<double>{3, 6}), o);
+  auto train_data = loader();
+  auto v = val();
+  second.restore(ckpt::load_checkpoint(dir / ckpt::checkpoint_name(30)), train_data.get());
+  second.fit(*train_data, v.get());
+  // Step 40 scored 3: better than the last evaluation before the stop (4), worse than the best (1).
+  EXPECT_EQ(checkpoint_names(dir), (std::vector<std::string>{ckpt::checkpoint_name(20), ckpt::checkpoint_name(50)}));
+  const nlohmann::json info50 = ckpt::read_manifest(dir / ckpt::checkpoint_name(50)).info;
+  EXPECT_EQ(info50["monitor"]["value"], 6.0);
+  EXPECT_EQ(info50["best"]["value"], 1.0);
+  EXPECT_EQ(info50["best"]["checkpoint"], ckpt::checkpoint_name(20));
+}
+
 }  // namespace
 }  // namespace bellows::train

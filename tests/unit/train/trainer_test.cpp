@@ -286,6 +286,31 @@ TEST(Trainer, EvaluatesWithEmaWeightsAndRestoresLiveOnes) {
   EXPECT_FALSE(t.ema()->averaged().front().second.equal(live.front()));
 }
 
+// The forward runs in the policy's dtype: under bf16-mixed (fp16-mixed) the model's Linear layers compute in
+// bfloat16 (half), under fp32 in float. A fit that never entered autocast would still train and agree with fp32
+// to a few percent (Demo.Bf16AndFp32LossesAgreeAfter200Steps): this catches it.
+TEST(Trainer, TheForwardRunsInThePolicysDtype) {
+  struct RecordingTask final : Task {
+    std::shared_ptr<Task> inner = regression();
+    std::set<at::ScalarType> seen;
+    StepOutput step(torch::nn::Module& m, const data::Batch& b) override {
+      seen.insert(static_cast<MlpImpl&>(m).forward(b.at("x")).scalar_type());
+      return inner->step(m, b);
+    }
+  };
+  const auto data = dataset(64);
+  for (const auto& [precision, dtype] : {std::pair{"fp32", at::kFloat}, std::pair{"bf16-mixed", at::kBFloat16}, std::pair{"fp16-mixed", at::kHalf}}) {
+    auto task = std::make_shared<RecordingTask>();
+    TrainerOptions o = sgd_options();
+    o.precision = precision;
+    o.max_steps = 2;
+    Trainer t(make_mlp(1), task, o);
+    auto src = source(data, 16);
+    t.fit(src);
+    EXPECT_EQ(task->seen, std::set<at::ScalarType>{dtype}) << precision;
+  }
+}
+
 TEST(Trainer, InvalidOptionsAreConfigErrors) {
   TrainerOptions o = sgd_options();
   o.accumulation_steps = 0;

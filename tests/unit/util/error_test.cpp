@@ -1,7 +1,11 @@
 // The check-macro family: kinds, messages, hints and source locations survive into the thrown Error.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <new>
+
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/suggest.h"
 
 namespace bellows {
@@ -45,6 +49,46 @@ TEST(Check, EachMacroRaisesItsKind) {
   EXPECT_EQ(kind_of([] { BELLOWS_CHECK_CONFIG(false, "m", "h"); }), ErrorKind::kConfig);
   EXPECT_EQ(kind_of([] { BELLOWS_CHECK_RESOURCE(false, "m", "h"); }), ErrorKind::kResource);
   EXPECT_EQ(kind_of([] { BELLOWS_FAIL(ErrorKind::kData, "m", "h"); }), ErrorKind::kData);
+}
+
+// What the CLI and the C API report for an exception: out of memory, host or LibTorch's, is a resource error
+// with a hint; LibTorch's other errors are one line; bellows errors keep their kind, hint and location.
+TEST(ExceptionReport, OutOfMemoryIsAResourceErrorWithAHint) {
+  const auto report_of = [](auto&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      return report_current_exception();
+    }
+    return ExceptionReport{};
+  };
+  // A real allocation failure in LibTorch's CPU allocator (c10::OutOfMemoryError): 64 TiB of floats.
+  const ExceptionReport torch_oom = report_of([] { at::empty({std::int64_t{1} << 44}, at::kFloat); });
+  EXPECT_EQ(torch_oom.kind, ErrorKind::kResource) << torch_oom.message;
+  EXPECT_TRUE(torch_oom.out_of_memory);
+  EXPECT_EQ(torch_oom.message.rfind("out of memory: ", 0), 0u) << torch_oom.message;
+  EXPECT_EQ(torch_oom.message.find('\n'), std::string::npos);
+  EXPECT_EQ(torch_oom.hint, kOutOfMemoryHint);
+
+  const ExceptionReport host_oom = report_of([] { throw std::bad_alloc(); });
+  EXPECT_EQ(host_oom.kind, ErrorKind::kResource);
+  EXPECT_TRUE(host_oom.out_of_memory);
+
+  const ExceptionReport torch_error = report_of([] { at::ones({2}).view({3}); });
+  EXPECT_EQ(torch_error.kind, ErrorKind::kInternal);
+  EXPECT_FALSE(torch_error.out_of_memory);
+  EXPECT_EQ(torch_error.message.rfind("LibTorch: ", 0), 0u) << torch_error.message;
+  EXPECT_EQ(torch_error.message.find('\n'), std::string::npos) << torch_error.message;
+
+  const ExceptionReport ours = report_of([] { BELLOWS_CHECK_DATA(false, "row 7 is short", "fix row 7"); });
+  EXPECT_EQ(ours.kind, ErrorKind::kData);
+  EXPECT_EQ(ours.message, "row 7 is short");
+  EXPECT_EQ(ours.hint, "fix row 7");
+  EXPECT_EQ(ours.location.rfind("error_test.cpp:", 0), 0u) << ours.location;
+
+  const ExceptionReport other = report_of([] { throw std::runtime_error("something else"); });
+  EXPECT_EQ(other.kind, ErrorKind::kInternal);
+  EXPECT_EQ(other.message, "something else");
 }
 
 TEST(Suggest, EditDistance) {

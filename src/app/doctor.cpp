@@ -30,6 +30,8 @@ namespace doctor_impl {  // named, not anonymous: the unity build compiles this 
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// A throughput as people read it: whole samples/s from 1,000 on (131600, not 1.316e+05), 4 digits below.
+std::string rate(double per_s) { return per_s >= 1000 ? fmt::format("{:.0f}", per_s) : fmt::format("{:.4g}", per_s); }
 
 // Collects a trial's records (one per optimizer step) and ends the trial by its stop flag once it has run its
 // time and at least min_steps steps, or three times its time, or when the caller stops everything.
@@ -186,7 +188,7 @@ DoctorTrial run_trial(Context& ctx, const std::string& name, const std::vector<s
   }
   if (t.prefetch == 0) t.prefetch = config::get_int(c, "data.prefetch");
   if (ctx.options.progress) {
-    fmt::print(ctx.options.progress, "doctor:   {} steps, {:.3g} ms/step, {:.4g} samples/s{}\n", t.steps, t.step_ms, t.samples_per_s,
+    fmt::print(ctx.options.progress, "doctor:   {} steps, {:.3g} ms/step, {} samples/s{}\n", t.steps, t.step_ms, rate(t.samples_per_s),
                t.error.empty() ? "" : " (ended: " + t.error + ")");
     std::fflush(ctx.options.progress);
   }
@@ -194,6 +196,7 @@ DoctorTrial run_trial(Context& ctx, const std::string& name, const std::vector<s
 }
 
 std::string pct(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
+
 
 std::string phases_line(const DoctorTrial& t) {
   const double total = step_total(t);
@@ -209,8 +212,8 @@ double gain(const DoctorTrial& base, const DoctorTrial& t) {
 }
 
 std::string trial_line(const DoctorTrial& t) {
-  return fmt::format("{}: {} steps in {:.1f} s, median {:.3g} ms/step (spread {}), {:.4g} samples/s", t.name, t.steps, t.fit_seconds,
-                     t.step_ms, pct(t.step_spread), t.samples_per_s);
+  return fmt::format("{}: {} steps in {:.1f} s, median {:.3g} ms/step (spread {}), {} samples/s", t.name, t.steps, t.fit_seconds,
+                     t.step_ms, pct(t.step_spread), rate(t.samples_per_s));
 }
 
 // Mean training loss over the steps both trials ran (finite in both), for each.
@@ -653,7 +656,7 @@ std::string DoctorReport::to_text() const {
   std::string out = fmt::format("bellows doctor: '{}' on {}\n{} trial(s) in {:.1f} s (budget {:.0f} s), each measured on this machine:\n", config_name,
                                 machine, trials.size(), seconds, budget_s);
   for (const auto& t : trials) {
-    out += fmt::format("  {:<44} {:>6} steps {:>9.3g} ms/step {:>10.4g} samples/s{}\n", t.name, t.steps, t.step_ms, t.samples_per_s,
+    out += fmt::format("  {:<44} {:>6} steps {:>9.3g} ms/step {:>10} samples/s{}\n", t.name, t.steps, t.step_ms, rate(t.samples_per_s),
                        t.error.empty() ? "" : "  (ended: " + t.error + ")");
     if (t.name == "baseline" && t.steps > 0) out += fmt::format("  {:<44} {}\n", "", phases_line(t));
   }

@@ -2,18 +2,28 @@
 # One entry point for developers and CI: set up (scripts/setup.sh), configure, build, then
 #   run   -- build the `bellows` CLI and what it links (not the tests, tools or benchmarks), then run the main
 #            job on its embedded default (`bellows train`: the demo); args go to bellows
-#   test  -- build everything and run the whole test suite (CTest)
+#   test  -- build everything and run the whole test suite (CTest), then the unit suite again under
+#            AddressSanitizer + UndefinedBehaviorSanitizer (what `sanitize asan` does; BELLOWS_TEST_ASAN=0 skips it)
 #   build -- only build: everything, or the targets given (scripts/dev.sh build bellows_cli bellows_bare_loop)
+#   sanitize asan|tsan -- the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (asan) or
+#            ThreadSanitizer (tsan), in build-asan/ or build-tsan/; args after the kind go to ctest
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
 shift || true
-case "$mode" in run|test|build) ;; *) echo "usage: scripts/dev.sh run|test|build [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
+case "$mode" in run|test|build|sanitize) ;; *) echo "usage: scripts/dev.sh run|test|build|sanitize [asan|tsan] [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
+sanitizer=""
+if [ "$mode" = sanitize ]; then
+  sanitizer="${1:-}"
+  shift || true
+  case "$sanitizer" in asan|tsan) ;; *) echo "usage: scripts/dev.sh sanitize asan|tsan [ctest args]" >&2; exit 2 ;; esac
+fi
 
 source scripts/setup.sh
 build_dir="${BELLOWS_BUILD_DIR:-build}"
 jobs="${BELLOWS_JOBS:-$(nproc)}"
+[ -n "$sanitizer" ] && build_dir="build-$sanitizer"
 
 configure_args=(-S . -B "$build_dir" -G Ninja
   -DCMAKE_BUILD_TYPE="${BELLOWS_BUILD_TYPE:-RelWithDebInfo}"
@@ -27,14 +37,35 @@ if command -v ccache >/dev/null; then
   export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 fi
+if [ -n "$sanitizer" ]; then
+  # The library and its unit tests only (no CLI, benchmarks or Fortran), instrumented; LibTorch is not.
+  kinds=address,undefined; [ "$sanitizer" = tsan ] && kinds=thread
+  configure_args+=(-DBELLOWS_SANITIZE="$kinds" -DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
+fi
 [ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2
 targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)
 [ "$mode" = build ] && [ $# -gt 0 ] && targets=(--target "$@")
+[ "$mode" = sanitize ] && targets=(--target bellows_unit_tests)
 cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 
 case "$mode" in
   run)  exec "$build_dir/bin/bellows" "${@:-train}" ;;
-  test) cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;
+  test)
+    (cd "$build_dir" && ctest --output-on-failure -j "$jobs" "$@")
+    if [ "${BELLOWS_TEST_ASAN:-1}" != 0 ]; then
+      echo "[dev.sh] the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)" >&2
+      exec "$0" sanitize asan
+    fi ;;
+  sanitize)
+    # The runtimes' settings and the suppressions of what is LibTorch's, not ours: tests/sanitizers/ says why.
+    supp="$PWD/tests/sanitizers"
+    export ASAN_OPTIONS="detect_container_overflow=0:detect_odr_violation=0:allocator_may_return_null=1:detect_leaks=1"
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+    export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:report_signal_unsafe=0:allocator_may_return_null=1"
+    # ThreadSanitizer cannot see libgomp's synchronisation: one intra-op thread keeps LibTorch's OpenMP pool idle.
+    [ "$sanitizer" = tsan ] && export OMP_NUM_THREADS=1
+    cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;
   build) ;;
 esac

@@ -84,11 +84,13 @@ double data_fraction(const DoctorTrial& t) {
 }
 
 // Per-trial settings that keep the measurement clean: a temporary run directory, no checkpoints, TensorBoard,
-// trace or evaluation, a record per step, and enough epochs that the time ends the trial.
+// trace or evaluation, a record per step, enough epochs that the time ends the trial, and non-finite steps
+// skipped rather than ending the trial.
 std::vector<std::string> trial_settings(const fs::path& dir, int index) {
   return {"output_dir=" + dir.string(), fmt::format("name=trial-{}", index), "resume=''", "checkpoint.enabled=false",
           "log.tensorboard=false", "profile.enabled=false", "profile.window=''", "train.log_every_n_steps=1",
-          "train.eval_every_n_steps=1000000000", "train.epochs=100000", "train.max_steps=0"};
+          "train.eval_every_n_steps=1000000000", "train.epochs=100000", "train.max_steps=0",
+          "train.on_nonfinite=skip"};  // measured on past a non-finite step; the nonfinite finding says where it was
 }
 
 // Summarises a trial's records: the first step apart, medians over the steady steps (the third on: the second
@@ -176,6 +178,12 @@ DoctorTrial run_trial(Context& ctx, const std::string& name, const std::vector<s
   }
   t.seconds = since(t0);
   summarise(t, sink->records);
+  for (const auto& m : sink->messages) {
+    if (m.find("skipped: non-finite gradients") != std::string::npos) {
+      t.first_nonfinite = m;
+      break;
+    }
+  }
   std::ifstream plan_file(run_dir / "plan.json");
   if (plan_file) {
     const nlohmann::json plan = nlohmann::json::parse(plan_file, nullptr, /*allow_exceptions=*/false);
@@ -396,6 +404,7 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
       f.summary = first_bad_step > 0 ? fmt::format("the training loss first became non-finite at optimizer step {}", first_bad_step)
                                      : fmt::format("the loss stayed finite, but {} of {} steps were skipped on non-finite gradients", base.skipped_steps, base.steps);
       if (!base.error.empty()) f.evidence.push_back("the baseline ended: " + base.error);
+      if (!base.first_nonfinite.empty()) f.evidence.push_back("the trainer: " + base.first_nonfinite);
       if (base.skipped_steps > 0) {
         f.evidence.push_back(base.precision == "fp16-mixed"
                                  ? fmt::format("the loss scaler skipped {} of {} steps (loss scale now {:g}): skipping hides non-finite gradients, "

@@ -55,6 +55,32 @@ void check_data_against_model(const config::Config& c, const data::Dataset& trai
                                      config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
                          "make the model's input width match the data");
   }
+  // The targets against model.out_features, for the models with a model.task (mlp, lstm/gru, transformer): a
+  // shape mismatch or a label out of range would otherwise surface as LibTorch's error inside the first step.
+  if (c.has("model.out_features") && c.has("model.task") && train.size() > 0) {
+    const data::Batch one = data::first_sample(train);
+    const std::int64_t out = config::get_int(c, "model.out_features");
+    if (const auto y = one.tensors.find("y"); y != one.tensors.end() && y->second.defined()) {
+      if (config::get_string(c, "model.task") == "regression") {
+        const std::int64_t per_sample = y->second.numel() / std::max<std::int64_t>(1, y->second.size(0));
+        BELLOWS_CHECK_CONFIG(per_sample == out,
+                             fmt::format("model.out_features is {} ({}) but the targets of {} have {} value(s) per sample (y {})", out,
+                                         c.origin("model.out_features").str(), train.name(), per_sample, shape_of(y->second.select(0, 0))),
+                             fmt::format("set model.out_features: {} (or choose the target columns)", per_sample));
+      } else {
+        const at::Tensor labels = train.class_labels().defined() ? train.class_labels() : y->second.reshape(-1);
+        if (labels.numel() > 0 && !at::isFloatingType(labels.scalar_type())) {
+          const std::int64_t low = labels.min().item<std::int64_t>(), high = labels.max().item<std::int64_t>();
+          BELLOWS_CHECK_DATA(low >= 0, fmt::format("{} has a negative class label ({})", train.name(), low),
+                             "class labels are 0, 1, ..., classes - 1");
+          BELLOWS_CHECK_CONFIG(high < out,
+                               fmt::format("model.out_features is {} ({}) but {} has class labels up to {}", out,
+                                           c.origin("model.out_features").str(), train.name(), high),
+                               fmt::format("set model.out_features to the number of classes, at least {}", high + 1));
+        }
+      }
+    }
+  }
   const models::ModelEntry& entry = models::find_model(config::get_string(c, "model.name"));
   if (entry.check_data) entry.check_data(c, train);
 }

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <optional>
 
 #include "bellows/app/schema.h"
@@ -21,6 +24,12 @@ namespace {
 YAML::Node load_yaml(const fs::path& file) {
   BELLOWS_CHECK_CONFIG(fs::is_regular_file(file), fmt::format("config file {} does not exist", file.string()),
                        "check the path");
+  {
+    std::ifstream readable(file);  // yaml-cpp reports an unreadable file as "bad file" with no reason
+    const int error = errno;
+    BELLOWS_CHECK_CONFIG(readable.good(), fmt::format("config file {} cannot be read: {}", file.string(), std::strerror(error)),
+                         "check the file's permissions");
+  }
   try {
     return YAML::LoadFile(file.string());
   } catch (const YAML::Exception& e) {

@@ -183,6 +183,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   dist::Strategy& ranks = *strategy.strategy;
   p.entries.push_back(strategy.entry);
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
+  const obs::CpuTensorLimit cpu_limit(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
   models::set_dropout_masks(dropout_masks_setting(c));
   const auto seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
   torch::manual_seed(seed);
@@ -261,7 +262,11 @@ RunResult run(const config::Config& c, const RunOptions& options) {
                                       world, ranks.world_size()));
         }
       }
-      trainer.restore(cp, loaders.train.get(), config::get_bool(c, "checkpoint.strict"));
+      try {
+        trainer.restore(cp, loaders.train.get(), config::get_bool(c, "checkpoint.strict"));
+      } catch (const Error& e) {  // which checkpoint did not fit: resume=auto chose it for the user
+        throw Error(e.kind(), fmt::format("resuming from {}: {}", from->string(), e.message()), e.hint());
+      }
       trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
     }
   }

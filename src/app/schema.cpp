@@ -75,6 +75,12 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
   s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));
   s.add("train.eval_every_n_steps", Type::kInt, "optimizer steps between evaluations (0: each epoch end)").min(0).default_value(node(0));
+  s.add("cpu_tensor_limit_mb", Type::kDouble, "CPU tensor allocations past this many MB fail as out of memory (0: no limit): emulate a "
+        "smaller machine, or test out-of-memory handling").min(0).default_value(node(0.0));
+  s.add("train.on_nonfinite", Type::kString, "a step with NaN/Inf gradients is skipped and named (step, first parameter); then "
+        "stop the run (exit 3) or skip on; auto: stop, except under fp16-mixed, whose loss scaler skips such steps by design")
+      .choices({"auto", "stop", "skip"})
+      .default_value(node("auto"));
   s.add("train.detect_anomaly", Type::kBool, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
         "waits for the device; slower backward)").default_value(node(false));
   s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));

@@ -194,6 +194,7 @@ std::optional<fs::path> find_latest_valid(const fs::path& dir, std::vector<std::
 }
 
 std::vector<fs::path> prune_checkpoints(const fs::path& dir, std::int64_t keep_last, const std::vector<fs::path>& keep) {
+  static std::atomic<int> prune_counter{0};
   std::vector<fs::path> removed;
   std::error_code ec;
   auto all = list_checkpoints(dir);
@@ -201,7 +202,15 @@ std::vector<fs::path> prune_checkpoints(const fs::path& dir, std::int64_t keep_l
     for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) {
       const bool kept = std::any_of(keep.begin(), keep.end(), [&](const fs::path& k) { return fs::equivalent(k, all[i], ec); });
       if (kept) continue;
-      fs::remove_all(all[i], ec);
+      // Out of the way in one atomic (and durable) rename first: a process killed while deleting leaves an
+      // .old- directory that the next pruning removes, never a step- directory with some of its files gone.
+      const fs::path doomed = dir / fmt::format(".old-{}-{}-{}", all[i].filename().string(), ::getpid(), prune_counter++);
+      try {
+        rename_durably(all[i], doomed);
+      } catch (const Error&) {
+        continue;  // cannot rename (permissions): leave it whole rather than half-deleted
+      }
+      fs::remove_all(doomed, ec);
       removed.push_back(all[i]);
     }
   }

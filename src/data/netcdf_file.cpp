@@ -9,6 +9,7 @@
 #include <netcdf.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -360,7 +361,12 @@ struct NetcdfFile::Impl {
     std::error_code ec;
     BELLOWS_CHECK_DATA(fs::is_regular_file(path, ec), fmt::format("{}: no such file", file),
                        fmt::format("check the path (relative paths start at {})", fs::current_path().string()));
-    check_nc(nc_open(file.c_str(), NC_NOWRITE, &ncid), "cannot open as NetCDF");
+    const int opened = nc_open(file.c_str(), NC_NOWRITE, &ncid);
+    // Positive codes are the system's errno: an unreadable file is not a corrupt one.
+    if (opened == EACCES || opened == EPERM) {
+      fail(fmt::format("cannot open: {}", nc_strerror(opened)), "check the file's permissions");
+    }
+    check_nc(opened, "cannot open as NetCDF");
     try {
       int format = 0;
       check_nc(nc_inq_format(ncid, &format), "cannot read the format");

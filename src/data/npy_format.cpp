@@ -224,7 +224,8 @@ namespace npy_detail {
 // `total` bytes long.
 std::uint64_t npy_header_end(const std::vector<std::uint8_t>& prefix, std::uint64_t total, const std::string& where) {
   const std::size_t n = std::min<std::size_t>(prefix.size(), kNpyMagicSize);
-  const bool magic_ok = std::memcmp(prefix.data(), kNpyMagic, n) == 0;
+  // n may be 0 (an empty file, where data() may be null: memcmp must not see it, even for 0 bytes).
+  const bool magic_ok = n == 0 || std::memcmp(prefix.data(), kNpyMagic, n) == 0;
   const bool zip = prefix.size() >= 4 && std::memcmp(prefix.data(), "PK\x03\x04", 4) == 0;
   BELLOWS_CHECK_DATA(
       magic_ok,

@@ -11,6 +11,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
 
 #include <malloc.h>
 
@@ -26,6 +27,7 @@ namespace bellows::obs {
 namespace {
 
 std::atomic<std::int64_t> g_current{0};
+std::atomic<std::int64_t> g_limit{0};  // CpuTensorLimit; 0: none
 std::atomic<std::int64_t> g_peak{0};
 std::atomic<std::int64_t> g_session_peak{0};
 // CUDA's allocator has one peak, which reset_peak clears: the session peak keeps the highest one seen.
@@ -63,6 +65,11 @@ class CountingCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t n) override {
     if (n == 0) return {nullptr, nullptr, &counted_free, c10::Device(c10::kCPU)};
+    if (const std::int64_t limit = g_limit.load(std::memory_order_relaxed); limit > 0) {
+      const std::int64_t in_use = g_current.load(std::memory_order_relaxed);
+      TORCH_CHECK_WITH(OutOfMemoryError, in_use + static_cast<std::int64_t>(n) <= limit, "CPU tensor memory limit of ", static_cast<double>(limit) / 1e6,
+                       " MB reached (cpu_tensor_limit_mb): tried to allocate ", n, " bytes with ", in_use, " bytes of tensors in use");
+    }
     char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));  // throws c10::Error when out of memory
     const auto size = static_cast<std::int64_t>(n);
     std::memcpy(base, &size, sizeof size);
@@ -92,6 +99,10 @@ bool install_cpu_tracking() {
 }
 
 bool cpu_tracking_installed() { return g_installed; }
+
+CpuTensorLimit::CpuTensorLimit(std::int64_t bytes) : previous_(g_limit.exchange(std::max<std::int64_t>(bytes, 0))) {}
+CpuTensorLimit::~CpuTensorLimit() { g_limit.store(previous_); }
+std::int64_t cpu_tensor_limit() { return g_limit.load(); }
 
 MemoryStats memory_stats(c10::Device device) {
   MemoryStats s;

@@ -11,6 +11,8 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <chrono>
+#include <cmath>
+#include <unordered_map>
 #include <future>
 
 #include "bellows/obs/memory.h"
@@ -18,6 +20,7 @@
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
 #include "bellows/util/timer.h"           // defines: seconds_since
 
@@ -91,6 +94,9 @@ struct Trainer::Window {
   double start_s = 0;
   double epoch_start_s = 0;
   obs::PhaseClock* clock = nullptr;  // fit()'s: the window's time by phase
+  // Each optimizer step's per-parameter gradient norms (on the device, no extra op: clip_gradients makes them)
+  // and whose they are; read only when the record finds skipped steps, to name the step and the parameter.
+  std::vector<std::pair<at::Tensor, std::vector<std::int32_t>>> step_norms;
 
   void add(const StepOutput& out) {
     accumulate(loss_sum, out.loss.detach().to(at::kFloat));
@@ -127,6 +133,7 @@ struct Trainer::Window {
     loss_sum = grad_norm_sum = units_on_device = at::Tensor();
     units = 0;
     metric_sums.clear();
+    step_norms.clear();
     micro_batches = optimizer_calls = samples = 0;
     first_step = step;
     skipped_before = skipped;
@@ -147,6 +154,15 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   BELLOWS_CHECK_CONFIG(options_.log_every_n_steps >= 1, "log_every_n_steps must be >= 1", "set train.log_every_n_steps");
   BELLOWS_CHECK_CONFIG(!options_.eval_with_ema || options_.ema.has_value(), "eval_with_ema is set but EMA is off",
                        "enable ema or unset eval_with_ema");
+  const std::string& on_nonfinite = options_.on_nonfinite;
+  BELLOWS_CHECK_CONFIG(on_nonfinite == "auto" || on_nonfinite == "stop" || on_nonfinite == "skip",
+                       fmt::format("on_nonfinite is '{}'", on_nonfinite), "set train.on_nonfinite to auto, stop or skip");
+  const bool scaled = options_.precision == "fp16-mixed";  // its loss scaler skips overflowing steps by design
+  BELLOWS_CHECK_CONFIG(!(scaled && on_nonfinite == "stop"),
+                       "train.on_nonfinite: stop conflicts with precision fp16-mixed, whose loss scaler skips the steps that "
+                       "overflow and lowers its scale by design (the first steps often do)",
+                       "use train.on_nonfinite: auto (or skip) with fp16-mixed, or precision bf16-mixed to stop at non-finite gradients");
+  stop_on_nonfinite_ = on_nonfinite == "stop" || (on_nonfinite == "auto" && !scaled);
 
   if (!options_.strategy) options_.strategy = std::make_shared<dist::SingleDevice>();
   model_->to(options_.device);
@@ -192,14 +208,19 @@ void Trainer::message(const std::string& text) {
 at::Tensor Trainer::clip_gradients(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor>& grads = grads_;  // reused step after step
   grads.clear();
-  for (const auto& p : params) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+  grad_params_.clear();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    grads.push_back(params[i].grad());
+    grad_params_.push_back(static_cast<std::int32_t>(i));
   }
+  param_norms_ = at::Tensor();
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
   // Everything stays on the device (no .item()): the norm is the step's non-finite check and a reported
   // metric, read at the logging boundary. The arithmetic is torch.nn.utils.clip_grad_norm_'s.
   const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  const at::Tensor total = at::linalg_vector_norm(at::stack(norms).to(at::kFloat), 2);
+  param_norms_ = at::stack(norms).to(at::kFloat);  // kept by the window: which gradient was not finite
+  const at::Tensor total = at::linalg_vector_norm(param_norms_, 2);
   if (options_.clip_max_norm > 0) {
     // Multiplying by exactly 1 leaves a gradient as it is; a non-finite norm makes a skipped step anyway.
     at::_foreach_mul_(grads, (options_.clip_max_norm / (total + 1e-6)).clamp_max(1.0));
@@ -240,10 +261,13 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
   r.values.emplace_back("grad_norm", norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
   const std::int64_t skipped = precision_->skipped_steps();
+  std::string nonfinite_stop;  // the error that ends the run after this record (on_nonfinite: stop)
   if (skipped > w.skipped_before) {
-    message(fmt::format("{} of optimizer steps {}-{} skipped: non-finite gradients; parameters, optimizer state and EMA are "
+    const std::string first = first_nonfinite_step(w);
+    message(fmt::format("{} of optimizer steps {}-{} skipped: non-finite gradients ({}); parameters, optimizer state and EMA are "
                         "unchanged by them (the step count and the schedule advance, as in PyTorch)",
-                        skipped - w.skipped_before, w.first_step + 1, step_));
+                        skipped - w.skipped_before, w.first_step + 1, step_, first));
+    if (stop_on_nonfinite_) nonfinite_stop = first;
   }
   for (const auto& m : precision_->metrics()) r.values.push_back(m);
   for (const auto& m : strategy.metrics()) r.values.push_back(m);  // communication time, with several ranks
@@ -285,6 +309,39 @@ void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epo
   for (auto& sink : sinks_) sink->on_step(r);
   last_record_ = r;
   w.reset(t, step_, skipped);  // keeps epoch_start_s
+  // After the record reached the sinks (metrics.jsonl has the window): on_nonfinite stop ends the run here.
+  BELLOWS_CHECK_DATA(nonfinite_stop.empty(),
+                     fmt::format("non-finite gradients: {}; the step was skipped, so the weights are those before it "
+                                 "(train.on_nonfinite: {}; noticed at the record of step {})",
+                                 nonfinite_stop, options_.on_nonfinite, step_),
+                     "lower optim.lr or clip gradients (train.clip_max_norm); check the data (train.detect_anomaly=true names the "
+                     "first non-finite tensor); or set train.on_nonfinite: skip to train on past such steps");
+}
+
+std::string Trainer::first_nonfinite_step(const Window& w) const {
+  // Rare (a skipped step): one read per step of the window, until the first that was not finite.
+  for (std::size_t i = 0; i < w.step_norms.size(); ++i) {
+    const auto& [norms, owners] = w.step_norms[i];
+    if (!norms.defined()) continue;
+    const at::Tensor host = norms.to(at::kCPU, at::kDouble);
+    const double* n = host.const_data_ptr<double>();
+    float squares = 0;  // in float32, as the device sums them
+    for (std::int64_t k = 0; k < host.numel(); ++k) {
+      if (!std::isfinite(n[k])) {
+        const std::int32_t index = owners.at(static_cast<std::size_t>(k));
+        const std::string name = static_cast<std::size_t>(index) < param_names_.size() ? param_names_[index] : fmt::format("parameter {}", index);
+        return fmt::format("the first at optimizer step {}, in the gradient of {} ({})", w.first_step + static_cast<std::int64_t>(i) + 1, name,
+                           std::isnan(n[k]) ? "NaN" : "infinite");
+      }
+      squares += static_cast<float>(n[k]) * static_cast<float>(n[k]);
+    }
+    // Every parameter's norm finite, their float sum of squares not: the global norm overflowed.
+    if (!std::isfinite(squares)) {
+      return fmt::format("the first at optimizer step {}: every gradient was finite, their global norm overflowed float32",
+                         w.first_step + static_cast<std::int64_t>(i) + 1);
+    }
+  }
+  return "the step was not found among the window's gradient norms";
 }
 
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
@@ -328,6 +385,35 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
 }
 
 FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
+  last_phase_ = obs::Phase::kOther;
+  try {
+    return fit_steps(train, val);
+  } catch (...) {
+    // Out of memory (an allocation of the CPU's counting allocator, a full GPU, a failed host allocation): a
+    // resource error (exit code 4) that says where in the step it happened and what the memory held.
+    const ExceptionReport r = report_current_exception();
+    if (!r.out_of_memory) throw;
+    const obs::MemoryStats mem = obs::memory_stats(options_.device);
+    const obs::ProcessMemory proc = obs::process_memory();
+    std::string held;
+    if (mem.tracked) held += fmt::format("; tensor memory on {} peaked at {:.1f} MB in this logging window", options_.device.str(), mem.peak_bytes / 1e6);
+    if (const std::int64_t limit = obs::cpu_tensor_limit(); limit > 0 && options_.device.is_cpu()) {
+      held += fmt::format(" (cpu_tensor_limit_mb {:.0f})", limit / 1e6);
+    }
+    if (proc.rss_bytes >= 0) held += fmt::format("; process memory (RSS) {:.1f} MB, peak {:.1f} MB", proc.rss_bytes / 1e6, proc.peak_rss_bytes / 1e6);
+    BELLOWS_FAIL(ErrorKind::kResource,
+                 fmt::format("optimizer step {} ran out of memory after its {} phase: {}{}", step_ + 1, obs::phase_name(last_phase_),
+                             r.message.empty() ? "out of memory" : r.message, held),
+                 r.hint.empty() ? std::string(kOutOfMemoryHint) : r.hint);
+  }
+}
+
+void Trainer::lap(obs::PhaseClock& clock, obs::Phase phase) {
+  clock.lap(phase);
+  last_phase_ = phase;
+}
+
+FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   const std::int64_t k = options_.accumulation_steps;
   const std::int64_t batches_per_epoch = train.batches_per_epoch();
   BELLOWS_CHECK_DATA(batches_per_epoch > 0, "the training data produced no batches",
@@ -356,6 +442,15 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
   FitResult result;
   const std::vector<at::Tensor> params = optimizer_->parameters();
+  if (param_names_.size() != params.size()) {  // the names of the optimizer's parameters, for diagnoses
+    std::unordered_map<const void*, std::string> by_tensor;
+    for (const auto& [name, p] : bellows::named_parameters(*model_)) by_tensor.emplace(p.unsafeGetTensorImpl(), name);
+    param_names_.clear();
+    for (const auto& p : params) {
+      const auto it = by_tensor.find(p.unsafeGetTensorImpl());
+      param_names_.push_back(it != by_tensor.end() ? it->second : fmt::format("parameter {}", param_names_.size()));
+    }
+  }
   dist::Strategy& strategy = *options_.strategy;
   strategy.setup(*model_, params);  // replicas equal (rank 0's weights), gradient communication attached
   const std::int64_t world = strategy.world_size();
@@ -379,7 +474,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (micro == 0) break;
 
       // --- forward and backward over the micro-batches of one optimizer step ---
-      clock.lap(obs::Phase::kOther);  // since the last step's optimizer: records, evaluation, checkpoints
+      lap(clock, obs::Phase::kOther);  // since the last step's optimizer: records, evaluation, checkpoints
       profiler.before_step(step_);
       // The FLOPs of one step, once, from its ops' shapes: the second step of the fit (the first warms up), or
       // the first one after a trace that covers it (one profiler at a time).
@@ -392,10 +487,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           RECORD_USER_SCOPE("bellows::data");
           batch = train.next();
         }
-        clock.lap(obs::Phase::kData);
+        lap(clock, obs::Phase::kData);
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
         const data::Batch b = to_device(*batch, options_);
-        clock.lap(obs::Phase::kCopy);
+        lap(clock, obs::Phase::kCopy);
         StepOutput out;
         {
           RECORD_USER_SCOPE("bellows::forward");
@@ -403,7 +498,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
           out = task_->step(*model_, b);
         }
         if (options_.detect_anomaly) check_forward(b, out.loss);
-        clock.lap(obs::Phase::kForward);
+        lap(clock, obs::Phase::kForward);
         {
           // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
           // samples give the gradient of one batch of k*b samples.
@@ -422,7 +517,7 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
                          "function autograd named)");
           }
         }
-        clock.lap(obs::Phase::kBackward);
+        lap(clock, obs::Phase::kBackward);
         window.add(out);
         window.add_units(b);
         window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
@@ -449,9 +544,10 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         ++step_;
         if (ema_) ema_->update(step_, skipped);
         accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
+        window.step_norms.emplace_back(param_norms_, grad_params_);
         if (options_.detect_anomaly) check_parameters();
       }
-      clock.lap(obs::Phase::kOptimizer);
+      lap(clock, obs::Phase::kOptimizer);
       if (counting) {
         const double flops = flop_counter.stop();
         if (flops > 0 && step_samples > 0) {
@@ -477,6 +573,9 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         run_eval(*val, result, monitor);
       }
       if (step_ >= planned) done = true;
+      // A background checkpoint write that has ended: a failure (disk full) stops the run at this step rather than
+      // at the next checkpoint. Only a finished write is collected; the step never waits for one here.
+      if (pending_write_.valid() && pending_write_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) finish_checkpoint_write();
       const auto& co = options_.checkpoint;
       // Signals and clocks differ between ranks: one rank's stop request or due time is everyone's, at one step
       // (with several ranks the step after it was seen: dist/strategy.h).

@@ -37,6 +37,8 @@ ExceptionReport report_exception(const std::exception_ptr& error) noexcept {
       r.message = e.message();
       r.hint = e.hint();
       r.location = fmt::format("{}:{}", e.file(), e.line());
+      // A resource error that carries an out-of-memory report (a loader worker's, rewrapped with its batch).
+      r.out_of_memory = e.kind() == ErrorKind::kResource && e.message().rfind("out of memory", 0) == 0;
     } catch (const c10::OutOfMemoryError& e) {
       r.kind = ErrorKind::kResource;
       r.out_of_memory = true;

@@ -1,12 +1,15 @@
 // End-to-end `bellows train` and `bellows config show`: outputs, run directory, config errors (exit 2),
 // and Ctrl-C stopping at a step boundary.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bellows/data/npy.h"
 #include "run_cli.h"
 
 namespace {
@@ -123,6 +126,52 @@ TEST(TrainCli, OutOfMemoryIsAResourceErrorWithAHint) {
   EXPECT_NE(r.err.find("resource error: out of memory"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("---> HINT: reduce data.batch_size"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out / "demo" / "checkpoints")) << "nothing trained, nothing to checkpoint";
+}
+
+// Fault injection through the data: one NaN in the features of sample 70 (the third batch of 32). The step's
+// gradients are not finite: the run stops at the record with exit 3, naming the step and the first parameter;
+// with train.on_nonfinite=skip it trains on and says the same.
+TEST(TrainCli, ANaNInTheDataStopsTheRunNamingTheStepAndTheParameter) {
+  const fs::path dir = scratch();
+  at::Tensor x = at::sin(at::arange(256 * 8, at::kFloat).reshape({256, 8}));
+  x[70][3] = NAN;
+  bellows::data::write_npy(dir / "x.npy", x);
+  bellows::data::write_npy(dir / "y.npy", x.sum(1, true));
+  const std::string args = "train data.source=npy data.path=" + (dir / "x.npy").string() + " data.npy.y=" + (dir / "y.npy").string() +
+                           " model.in_features=8 data.shuffle=false data.val_fraction=0 data.batch_size=32 train.epochs=2 threads=1 "
+                           "--output-dir " + (dir / "runs").string();
+  const Result stopped = run(args);
+  EXPECT_EQ(stopped.code, 3) << stopped.err;
+  EXPECT_NE(stopped.err.find("non-finite gradients: the first at optimizer step 3, in the gradient of layers.0.weight (NaN)"),
+            std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("HINT:"), std::string::npos);
+  const Result skipped = run(args + " train.on_nonfinite=skip");
+  EXPECT_EQ(skipped.code, 0) << skipped.err;
+  EXPECT_NE(skipped.out.find("skipped: non-finite gradients (the first at optimizer step 3, in the gradient of layers.0.weight (NaN))"),
+            std::string::npos) << skipped.out;
+}
+
+// Fault injection: the disk fills during a checkpoint. A file-size limit (ulimit -f: writes past it fail with
+// EFBIG, as on a full disk) below one checkpoint's weights: the resumed run's first checkpoint cannot be written.
+// The run stops with exit 4 naming the file, the earlier checkpoints still verify, and nothing half-written is
+// left in the checkpoint directory.
+TEST(TrainCli, ADiskFullDuringACheckpointStopsWithExit4AndKeepsTheLastOne) {
+  const fs::path out = scratch();
+  const std::string args = "train --output-dir " + out.string() + " threads=1 checkpoint.every_n_steps=20 train.log_every_n_steps=20";
+  ASSERT_EQ(run(args + " train.max_steps=40").code, 0);
+  const fs::path checkpoints = out / "demo" / "checkpoints";
+  // 200 blocks (100 or 200 KiB as the shell counts them): above the run's text files, below the 330 KB of weights.
+  const Result full = run(args + " train.max_steps=100 --resume auto", "ulimit -f 200;");
+  EXPECT_EQ(full.code, 4) << full.err;
+  EXPECT_NE(full.err.find("resource error:"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("model.safetensors"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("File too large"), std::string::npos) << full.err;
+  const Result inspect = run("ckpt inspect " + checkpoints.string() + " --json");
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_EQ(nlohmann::json::parse(inspect.out)["manifest"]["step"], 40);
+  for (const auto& e : fs::directory_iterator(checkpoints)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".tmp", 0), std::string::npos) << "left behind: " << e.path();
+  }
 }
 
 TEST(TrainCli, InterruptStopsAtAStepBoundary) {

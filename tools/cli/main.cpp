@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "bellows/util/error.h"
@@ -100,6 +101,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace bellows;
+  // A file-size limit (ulimit -f) would kill the process at the write that crosses it; ignored, that write fails
+  // with EFBIG and is reported like a full disk (exit code 4, the file named, earlier checkpoints intact).
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return cli::run(argc, argv);
   } catch (...) {

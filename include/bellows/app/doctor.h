@@ -65,6 +65,7 @@ struct DoctorTrial {
   std::vector<std::pair<std::int64_t, double>> losses;  // (step, training loss)
   double fetch_ms_per_batch = 0;       // the loader's stage times per batch (read + decode + transform + collate)
   std::string slowest_stage;           // of those stages
+  std::string first_nonfinite;         // the trainer's note of the first skipped step (step, parameter); "" none
 };
 
 struct DoctorFinding {

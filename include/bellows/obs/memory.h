@@ -34,6 +34,22 @@ struct MemoryStats {
 bool install_cpu_tracking();
 bool cpu_tracking_installed();
 
+// A limit on CPU tensor memory (counted by the tracking allocator; 0: none): an allocation that would take the
+// counted bytes past it fails with c10::OutOfMemoryError, as a full GPU does. To emulate a smaller machine, and
+// to inject out-of-memory failures (cpu_tensor_limit_mb). Process-wide; the scope object restores the previous
+// limit. Needs install_cpu_tracking().
+class CpuTensorLimit {
+ public:
+  explicit CpuTensorLimit(std::int64_t bytes);
+  ~CpuTensorLimit();
+  CpuTensorLimit(const CpuTensorLimit&) = delete;
+  CpuTensorLimit& operator=(const CpuTensorLimit&) = delete;
+
+ private:
+  std::int64_t previous_;
+};
+std::int64_t cpu_tensor_limit();  // bytes; 0: none
+
 MemoryStats memory_stats(c10::Device device);
 // The peak becomes the current value.
 void reset_peak(c10::Device device);

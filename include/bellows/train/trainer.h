@@ -16,6 +16,7 @@
 #include "bellows/data/source.h"            // defines: BatchSource
 #include "bellows/dist/strategy.h"          // defines: Strategy
 #include "bellows/models/task.h"            // defines: Task
+#include "bellows/obs/phase_clock.h"        // defines: PhaseClock, Phase
 #include "bellows/obs/profile.h"            // defines: ProfileOptions
 #include "bellows/obs/sink.h"               // defines: Sink
 #include "bellows/precision/precision.h"    // defines: Precision, GradScalerOptions
@@ -42,6 +43,11 @@ struct TrainerOptions {
   std::int64_t accumulation_steps = 1;         // micro-batches per optimizer step
   double clip_max_norm = 0;                    // > 0: clip the global L2 norm of gradients
   double clip_value = 0;                       // > 0: clamp each gradient element to [-v, v]
+  // A step whose gradients are not finite is skipped on the device (parameters, optimizer state and EMA stay as
+  // they were) and reported at the next record with the step and the first parameter whose gradient was not
+  // finite. Then: "stop" ends the run there with a kData error; "skip" trains on; "auto" stops unless a loss
+  // scaler skips such steps by design (fp16-mixed). fp16-mixed always skips and backs off its scale.
+  std::string on_nonfinite = "auto";           // auto | stop | skip
   std::int64_t log_every_n_steps = 10;
   std::int64_t eval_every_n_steps = 0;         // 0: evaluate at the end of each epoch (when a val source is given)
   bool channels_last = false;                  // 4-D parameters and inputs in NHWC memory format
@@ -124,6 +130,10 @@ class Trainer {
   struct Window;  // meters over one logging window
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
+  FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
+  void lap(obs::PhaseClock& clock, obs::Phase phase);                     // clock.lap, remembering the phase
+  // The window's first step with non-finite gradients and the first parameter whose gradient was not finite.
+  std::string first_nonfinite_step(const Window& window) const;
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
   // detect_anomaly's checks; each throws a kData error naming the first non-finite tensor.
   void check_forward(const data::Batch& batch, const at::Tensor& loss) const;
@@ -146,6 +156,11 @@ class Trainer {
   std::string run_name_ = "run", run_dir_;
   std::int64_t step_ = 0;            // optimizer steps taken, skipped ones included
   std::vector<at::Tensor> grads_;    // clip_gradients' list, reused
+  std::vector<std::int32_t> grad_params_;  // grads_[i] is the gradient of parameter grad_params_[i]
+  at::Tensor param_norms_;           // clip_gradients' per-parameter norms [grads_.size()], on the device
+  std::vector<std::string> param_names_;  // optimizer_->parameters()'s names, in its order
+  bool stop_on_nonfinite_ = false;   // on_nonfinite resolved for the precision
+  obs::Phase last_phase_ = obs::Phase::kOther;  // the last phase of a step that finished (out-of-memory reports)
   std::int64_t epoch_ = 0;           // current epoch
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
   std::int64_t samples_ = 0;

@@ -16,7 +16,7 @@ struct ExceptionReport {
   std::string message;   // one line: what went wrong
   std::string hint;      // what to do ("" none)
   std::string location;  // "file:line" of a bellows::Error ("" otherwise)
-  bool out_of_memory = false;
+  bool out_of_memory = false;  // also a bellows resource error whose message starts "out of memory" (rewrapped)
 };
 
 // bellows::Error as it is; std::bad_alloc and LibTorch's out-of-memory errors (c10::OutOfMemoryError from CUDA's

@@ -89,6 +89,10 @@ TEST(Doctor, ASlowSourceIsInputBoundAndTheSuggestedWorkersHelp) {
 }
 
 TEST(Doctor, AnInMemoryComputeLoopIsNotInputBoundAndPrecisionAdviceIsMeasured) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer instruments bellows' loader but not LibTorch's kernels: the share of the step spent on "
+                  "data is not the machine's (measured 10.6% against the 10% threshold)";
+#endif
   const config::Config c = resolve_config(std::nullopt, {"precision=fp32", "data.samples=8192"});
   const DoctorReport r = doctor(c, quiet(6));
   const DoctorTrial* base = r.trial("baseline");

@@ -129,7 +129,7 @@ TEST(Ddp, GradientsAreTheMeanOfOneProcessAlsoWithAccumulationAndManyBuckets) {
 }
 
 TEST(Ddp, ANonFiniteGradientOnOneRankReachesEveryRank) {
-  std::vector<bool> finite(2, true);
+  std::vector<char> finite(2, 1);  // not vector<bool>: its packed bits make writes from two threads a data race (TSan)
   run_ranks(2, DdpOptions{}, [&](Ddp& ddp, int r) {
     Net net(3);
     ddp.setup(net, net.parameters());
@@ -139,7 +139,7 @@ TEST(Ddp, ANonFiniteGradientOnOneRankReachesEveryRank) {
     ddp.finish_gradients();
     bool all = true;
     for (const auto& p : net.parameters()) all = all && at::isfinite(p.grad()).all().item<bool>();
-    finite[static_cast<std::size_t>(r)] = all;
+    finite[static_cast<std::size_t>(r)] = all ? 1 : 0;
   });
   EXPECT_FALSE(finite[0]);  // so both ranks skip the step together
   EXPECT_FALSE(finite[1]);

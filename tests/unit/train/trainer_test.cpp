@@ -13,6 +13,7 @@
 #include "bellows/data/tensor_source.h"
 #include "bellows/models/mlp.h"
 #include "bellows/models/tasks.h"
+#include "bellows/obs/memory.h"
 #include "bellows/train/trainer.h"
 #include "bellows/util/error.h"
 
@@ -179,6 +180,7 @@ TEST(Trainer, NonFiniteGradientsSkipTheStepOnTheDeviceAndAreReportedAtTheNextRec
   o.schedule.total_steps = 10;
   o.schedule.warmup_steps = 0;
   o.log_every_n_steps = 2;
+  o.on_nonfinite = "skip";
   Trainer t(m, task, o);
   auto rec = std::make_shared<Recorder>();
   t.add_sink(rec);
@@ -190,7 +192,8 @@ TEST(Trainer, NonFiniteGradientsSkipTheStepOnTheDeviceAndAreReportedAtTheNextRec
   EXPECT_EQ(r.skipped_steps, 1);
   EXPECT_EQ(t.precision().skipped_steps(), 1);
   ASSERT_EQ(rec->messages.size(), 1u);
-  EXPECT_NE(rec->messages[0].find("1 of optimizer steps 3-4 skipped: non-finite gradients"), std::string::npos) << rec->messages[0];
+  EXPECT_NE(rec->messages[0].find("1 of optimizer steps 3-4 skipped: non-finite gradients (the first at optimizer step 3, in the "
+                                  "gradient of layers.0.weight"), std::string::npos) << rec->messages[0];
   ASSERT_EQ(rec->steps.size(), 2u);  // steps 2 and 4
   EXPECT_DOUBLE_EQ(rec->steps[1].lr, 0.01 * (1.0 - 3.0 / 10.0));
   EXPECT_EQ(t.optimizer().steps(), 4);
@@ -221,6 +224,7 @@ TEST(Trainer, SkippedStepLeavesParametersAndOptimizerStateUntouched) {
   task->poison = {1};  // the second of three steps
   TrainerOptions o = sgd_options();
   o.optimizer.type = "adamw";
+  o.on_nonfinite = "skip";
   Trainer t(m, task, o);
   task->trainer = &t;
   auto s = source(data, 16);
@@ -237,6 +241,121 @@ TEST(Trainer, SkippedStepLeavesParametersAndOptimizerStateUntouched) {
   }
   // The clean step before it did change the parameters: the comparison above can fail.
   EXPECT_FALSE(task->params[0][0].equal(task->params[1][0]));
+}
+
+// Fault injection: an infinite gradient in one parameter (a hook multiplies it by inf in the third step's
+// backward). Under fp32 and bf16-mixed the run stops at that step's record with a data error naming the step and
+// the parameter, the weights being those before it; with on_nonfinite skip it trains on and says the same; under
+// fp16-mixed "stop" is a config error (its scaler skips overflowing steps by design).
+TEST(Trainer, NonFiniteGradientsStopTheRunNamingTheStepAndTheParameter) {
+  const auto data = dataset(96);
+  for (const std::string precision : {"fp32", "bf16-mixed"}) {
+    auto m = make_mlp(8);
+    auto task = std::make_shared<SnapshotTask>();
+    const auto named = m->named_parameters();
+    const std::string target = named.keys().at(2);  // a parameter after the first: the diagnosis must find it
+    at::Tensor param = named[target];
+    param.register_hook([task](const at::Tensor& g) { return task->calls == 3 ? g * std::numeric_limits<float>::infinity() : g; });
+    TrainerOptions o = sgd_options();
+    o.precision = precision;
+    Trainer t(m, task, o);
+    task->trainer = &t;
+    auto rec = std::make_shared<Recorder>();
+    t.add_sink(rec);
+    auto s = source(data, 16);
+    try {
+      t.fit(s);
+      ADD_FAILURE() << precision << ": the run went on past an infinite gradient";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kData);
+      EXPECT_NE(e.message().find("the first at optimizer step 3, in the gradient of " + target + " (infinite)"), std::string::npos)
+          << precision << ": " << e.message();
+      EXPECT_NE(e.hint().find("train.on_nonfinite: skip"), std::string::npos);
+    }
+    ASSERT_EQ(task->params.size(), 3u) << precision;  // three step() calls, the third's update skipped
+    const auto now = params_of(*m);
+    for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(task->params[2][i])) << precision << ": parameter " << i;
+    ASSERT_EQ(rec->steps.size(), 3u) << "the record of the skipped step reached the sinks first";
+  }
+  // skip: the same diagnosis, and training goes on.
+  auto m = make_mlp(8);
+  auto task = std::make_shared<SnapshotTask>();
+  const std::string target = m->named_parameters().keys().at(2);
+  m->named_parameters()[target].register_hook([task](const at::Tensor& g) { return task->calls == 3 ? g * std::numeric_limits<float>::quiet_NaN() : g; });
+  TrainerOptions o = sgd_options();
+  o.on_nonfinite = "skip";
+  Trainer t(m, task, o);
+  task->trainer = &t;
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  auto s = source(data, 16);
+  const FitResult r = t.fit(s);
+  EXPECT_EQ(r.steps, 6);
+  EXPECT_EQ(r.skipped_steps, 1);
+  ASSERT_EQ(rec->messages.size(), 1u);
+  EXPECT_NE(rec->messages[0].find("the first at optimizer step 3, in the gradient of " + target + " (NaN)"), std::string::npos) << rec->messages[0];
+
+  TrainerOptions fp16 = sgd_options();
+  fp16.precision = "fp16-mixed";
+  fp16.on_nonfinite = "stop";
+  try {
+    Trainer bad(make_mlp(8), regression(), fp16);
+    ADD_FAILURE() << "fp16-mixed with on_nonfinite stop was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.message().find("fp16-mixed"), std::string::npos) << e.message();
+  }
+  fp16.on_nonfinite = "sometimes";
+  try {
+    Trainer bad(make_mlp(8), regression(), fp16);
+    ADD_FAILURE() << "on_nonfinite sometimes was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  }
+}
+
+// Fault injection: CPU allocations fail once the counted tensor memory would pass a limit (obs::CpuTensorLimit,
+// the key cpu_tensor_limit_mb). A step that runs out of memory ends the fit with a resource error (exit code 4)
+// that names the step, the phase it had finished, and what the memory held.
+TEST(Trainer, AnAllocationFailureInAStepIsAResourceErrorNamingTheStep) {
+  ASSERT_TRUE(obs::install_cpu_tracking());
+  const auto data = dataset(64);
+  auto m = make_mlp(9);
+  TrainerOptions o = sgd_options();
+  o.max_steps = 4;
+  Trainer t(m, regression(), o);
+  auto s = source(data, 16);
+  // After step 2's record (the parameters copied first): 2 KB more tensor memory from here on, enough for step
+  // 3's batch (576 bytes) and its first Linear's output (1 KB), not for the next activation.
+  struct FailFromStep3 final : obs::Sink {
+    torch::nn::Module* model = nullptr;
+    std::vector<at::Tensor> after_step2;
+    std::optional<obs::CpuTensorLimit> limit;
+    void on_step(const obs::StepRecord& r) override {
+      if (r.step != 2) return;
+      after_step2 = params_of(*model);
+      limit.emplace(obs::memory_stats(c10::Device(c10::kCPU)).current_bytes + 2048);
+    }
+  };
+  auto fail = std::make_shared<FailFromStep3>();
+  fail->model = m.get();
+  t.add_sink(fail);
+  try {
+    t.fit(s);
+    ADD_FAILURE() << "no allocation failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResource) << e.message();
+    EXPECT_NE(e.message().find("optimizer step 3 ran out of memory after its copy phase"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("CPU tensor memory limit of "), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("tensor memory on cpu peaked at"), std::string::npos) << e.message();
+    EXPECT_NE(e.hint().find("reduce data.batch_size"), std::string::npos);
+  }
+  fail->limit.reset();
+  EXPECT_EQ(obs::cpu_tensor_limit(), 0);
+  // Two steps trained; the third failed in its forward, before it changed anything.
+  ASSERT_FALSE(fail->after_step2.empty());
+  const auto now = params_of(*m);
+  for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(fail->after_step2[i])) << "parameter " << i;
 }
 
 TEST(Trainer, FrozenParametersDoNotChange) {

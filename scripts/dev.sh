@@ -2,18 +2,22 @@
 # One entry point for developers and CI: set up (scripts/setup.sh), configure, build, then
 #   run   -- build the `bellows` CLI and what it links (not the tests, tools or benchmarks), then run the main
 #            job on its embedded default (`bellows train`: the demo); args go to bellows
-#   test  -- build everything and run the whole test suite (CTest), then the unit suite again under
-#            AddressSanitizer + UndefinedBehaviorSanitizer (what `sanitize asan` does; BELLOWS_TEST_ASAN=0 skips it)
+#   test  -- build everything; run the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (what
+#            `sanitize asan` does; BELLOWS_TEST_ASAN=0 skips it) and each fuzz target for 20 s (`fuzz 20`;
+#            BELLOWS_TEST_FUZZ=0 skips it); then the whole test suite (CTest)
 #   build -- only build: everything, or the targets given (scripts/dev.sh build bellows_cli bellows_bare_loop)
 #   sanitize asan|tsan -- the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (asan) or
 #            ThreadSanitizer (tsan), in build-asan/ or build-tsan/; args after the kind go to ctest
+#   fuzz [SECONDS] [TARGET ...] -- the libFuzzer targets of tests/fuzz (built with clang, ASan + UBSan, in
+#            build-fuzz/), each for SECONDS (default 20) from its seed corpus; a table of runs and coverage
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
 shift || true
-case "$mode" in run|test|build|sanitize) ;; *) echo "usage: scripts/dev.sh run|test|build|sanitize [asan|tsan] [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
+case "$mode" in run|test|build|sanitize|fuzz) ;; *) echo "usage: scripts/dev.sh run|test|build|sanitize asan|tsan|fuzz [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
 sanitizer=""
+[ "$mode" = fuzz ] && sanitizer=fuzz
 if [ "$mode" = sanitize ]; then
   sanitizer="${1:-}"
   shift || true
@@ -38,25 +42,40 @@ if command -v ccache >/dev/null; then
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 fi
 if [ -n "$sanitizer" ]; then
-  # The library and its unit tests only (no CLI, benchmarks or Fortran), instrumented; LibTorch is not.
+  # The library and its unit tests (or fuzz targets) only, instrumented; LibTorch is not.
   kinds=address,undefined; [ "$sanitizer" = tsan ] && kinds=thread
-  configure_args+=(-DBELLOWS_SANITIZE="$kinds" -DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
+  configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
+  if [ "$sanitizer" = fuzz ]; then
+    configure_args+=(-DCMAKE_CXX_COMPILER=clang++-16 -DBELLOWS_SANITIZE=address,undefined,fuzzer-no-link -DBELLOWS_BUILD_FUZZ=ON
+      -DBELLOWS_BUILD_TESTS=OFF)
+  else
+    configure_args+=(-DBELLOWS_SANITIZE="$kinds")
+  fi
 fi
 [ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2
 targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)
 [ "$mode" = build ] && [ $# -gt 0 ] && targets=(--target "$@")
 [ "$mode" = sanitize ] && targets=(--target bellows_unit_tests)
+fuzz_seconds=20
+if [ "$mode" = fuzz ]; then
+  if [[ "${1:-}" =~ ^[0-9]+$ ]]; then fuzz_seconds="$1"; shift; fi
+fi
 cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 
 case "$mode" in
   run)  exec "$build_dir/bin/bellows" "${@:-train}" ;;
   test)
-    (cd "$build_dir" && ctest --output-on-failure -j "$jobs" "$@")
+    # The instrumented passes first, the whole suite last (its summary closes the output).
     if [ "${BELLOWS_TEST_ASAN:-1}" != 0 ]; then
       echo "[dev.sh] the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)" >&2
-      exec "$0" sanitize asan
-    fi ;;
+      "$0" sanitize asan
+    fi
+    if [ "${BELLOWS_TEST_FUZZ:-1}" != 0 ]; then
+      echo "[dev.sh] each fuzz target for 20 s (build-fuzz/)" >&2
+      "$0" fuzz 20
+    fi
+    cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;
   sanitize)
     # The runtimes' settings and the suppressions of what is LibTorch's, not ours: tests/sanitizers/ says why.
     supp="$PWD/tests/sanitizers"
@@ -67,5 +86,11 @@ case "$mode" in
     # ThreadSanitizer cannot see libgomp's synchronisation: one intra-op thread keeps LibTorch's OpenMP pool idle.
     [ "$sanitizer" = tsan ] && export OMP_NUM_THREADS=1
     cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;
+  fuzz)
+    export ASAN_OPTIONS="detect_container_overflow=0:detect_odr_violation=0:allocator_may_return_null=1:detect_leaks=1"
+    export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/sanitizers/ubsan.supp"
+    export OMP_NUM_THREADS=1
+    exec "$BELLOWS_PYTHON" tests/fuzz/run_fuzz.py --build "$build_dir" --seconds "$fuzz_seconds" "$@" ;;
   build) ;;
 esac

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+
+#include <cmath>
 #include <fmt/ranges.h>
 
 #include "bellows/ckpt/checkpoint.h"
@@ -67,7 +69,15 @@ nlohmann::json inspect_checkpoint(const fs::path& checkpoint) {
   j["model"] = tensor_list(c.model);
   j["state"] = tensor_list(c.state);
   for (const auto& [name, t] : c.state) {
-    if (name.rfind("counters.", 0) == 0 && t.dim() == 0) j["counters"][name.substr(9)] = t.item<std::int64_t>();
+    if (name.rfind("counters.", 0) == 0 && t.dim() == 0) {
+      // Shown as they are: a whole number, or (in a state not written by bellows) whatever value it holds; NaN as null.
+      const double v = t.item<double>();
+      if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.2e18) {
+        j["counters"][name.substr(9)] = static_cast<std::int64_t>(v);
+      } else {
+        j["counters"][name.substr(9)] = v;
+      }
+    }
   }
   return j;
 }

@@ -209,9 +209,35 @@ void Config::replace(const std::string& key, const YAML::Node& value, const Conf
   }
 }
 
+// Every key inside a value given on the command line (a YAML map, at any depth) is a name, as in a config file:
+// an empty, null or non-scalar key would become a node no key path reaches (found by fuzzing: printing such a
+// config threw yaml-cpp's InvalidNode), and a dotted one would print as a config that does not load again.
+namespace {
+void check_value_keys(const YAML::Node& value, const std::string& key, const Origin& origin) {
+  if (value.IsSequence()) {
+    for (const auto& element : value) check_value_keys(element, key, origin);
+    return;
+  }
+  if (!value.IsMap()) return;
+  for (const auto& entry : value) {
+    BELLOWS_CHECK_CONFIG(entry.first.IsScalar() && !entry.first.Scalar().empty() && entry.first.Scalar().find('.') == std::string::npos,
+                         fmt::format("{}: the value of '{}' holds a key that is not a name ({})", origin.str(), key,
+                                     entry.first.IsScalar() ? "'" + entry.first.Scalar() + "'" : std::string("a list or map")),
+                         "keys are names like optim or lr; write nested keys as optim.lr=3e-4 or optim={lr: 3e-4}");
+    check_value_keys(entry.second, key + "." + entry.first.Scalar(), origin);
+  }
+}
+}  // namespace
+
 void Config::merge_map(const YAML::Node& from_map, const std::string& prefix, const Config& from) {
   for (const auto& entry : from_map) {
-    const std::string key = detail::join_key(prefix, entry.first.Scalar());
+    // A value given as a YAML map ('optim={: 3}', or '--lr=: 3') can hold an empty or non-scalar key: no key
+    // to set (found by fuzzing: merging it indexed an empty key path).
+    const std::string key = detail::join_key(prefix, entry.first.IsScalar() ? entry.first.Scalar() : std::string());
+    BELLOWS_CHECK_CONFIG(entry.first.IsScalar() && !detail::split_key(key).empty(),
+                         fmt::format("{}: a key under '{}' is {}", from.origin(prefix).str(), prefix.empty() ? "the top level" : prefix,
+                                     entry.first.IsScalar() ? fmt::format("'{}', not a name", entry.first.Scalar()) : std::string("not a name")),
+                         "keys are names like optim or lr; write nested keys as optim.lr=3e-4 or optim: {lr: 3e-4}");
     const YAML::Node mine = find(root_, detail::split_key(key));
     if (entry.second.IsMap() && mine.IsMap()) {
       merge_map(entry.second, key, from);  // maps merge key by key; this map keeps its first origin
@@ -284,6 +310,7 @@ void Config::apply_value(const std::string& key, const std::string& value_text, 
                  fmt::format("{}: the value of '{}' is not valid YAML: {}", origin.str(), key, e.msg),
                  "quote the value for the shell, e.g. 'data.tags=[a, b]'");
   }
+  check_value_keys(value, key, origin);  // before anything changes: a failed override leaves the config as it was
   // A layer of its own, merged like any other: a map value deep-merges, anything else replaces. The
   // parent check comes first because merging would silently replace a scalar parent with a map.
   parent_map_for(parts, key, origin);

@@ -34,21 +34,31 @@ std::mutex& netcdf_mutex() {
 // The netCDF library reads the data of a truncated classic (CDF-1/2/5) file as zeros without an error, so the
 // header's own layout (documented: "NetCDF Classic Format Specification") is read here to learn where the data
 // end. netCDF-4 files are HDF5, whose library detects truncation itself.
+// The same walk also rejects, before libnetcdf parses the header, what libnetcdf 4.9 does not survive (found by
+// fuzzing, tests/fuzz): a name longer than NC_MAX_NAME (nc_inq_dimname then writes past any NC_MAX_NAME + 1
+// buffer) and counts of dimensions, attributes or variables that the file's bytes cannot hold (nc_open crashed
+// or ran out of memory on a 31-byte CDF-5 header claiming billions of dimensions).
 class ClassicHeader {
  public:
-  explicit ClassicHeader(std::vector<std::uint8_t> bytes) : b_(std::move(bytes)) {}
+  // `bytes`: the file's first bytes (all of them, or a prefix); `file_size`: the whole file's.
+  ClassicHeader(std::vector<std::uint8_t> bytes, std::uint64_t file_size) : b_(std::move(bytes)), file_size_(file_size) {}
+  // A definite violation of the format found by the walk ("" none).
+  const std::string& problem() const { return problem_; }
 
   // The byte where the last variable's data end, or nullopt when the header cannot be followed.
   std::optional<std::uint64_t> data_end() {
     if (b_.size() < 8 || b_[0] != 'C' || b_[1] != 'D' || b_[2] != 'F') return std::nullopt;
     version_ = b_[3];
-    if (version_ != 1 && version_ != 2 && version_ != 5) return std::nullopt;
+    if (version_ != 1 && version_ != 2 && version_ != 5) {
+      reject(fmt::format("version byte {} (1, 2 or 5 expected)", version_));
+      return std::nullopt;
+    }
     pos_ = 4;
     const std::uint64_t numrecs = count();
     const bool streaming = numrecs == (version_ == 5 ? ~std::uint64_t{0} : 0xffffffffu);
     std::vector<std::uint64_t> dims;
-    u32();  // NC_DIMENSION, or ABSENT's zero
-    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+    tag(kDimensionTag, "NC_DIMENSION");
+    for (std::uint64_t n = entries("dimensions"), i = 0; i < n && ok_; ++i) {
       name();
       dims.push_back(count());
     }
@@ -58,15 +68,18 @@ class ClassicHeader {
       bool record;
     };
     std::vector<Var> vars;
-    u32();  // NC_VARIABLE, or ABSENT's zero
-    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+    tag(kVariableTag, "NC_VARIABLE");
+    for (std::uint64_t n = entries("variables"), i = 0; i < n && ok_; ++i) {
       name();
-      const std::uint64_t ndims = count();
+      const std::uint64_t ndims = entries("dimensions of a variable", version_ == 5 ? 8 : 4);
       std::uint64_t elements = 1;
       bool record = false;
       for (std::uint64_t d = 0; d < ndims && ok_; ++d) {
         const std::uint64_t id = version_ == 5 ? u64() : u32();
-        if (id >= dims.size()) return std::nullopt;
+        if (ok_ && id >= dims.size()) {
+          reject(fmt::format("a variable names dimension {} at byte {}, the file has {}", id, pos_ - 4, dims.size()));
+          return std::nullopt;
+        }
         if (d == 0 && dims[id] == 0) {
           record = true;
         } else {
@@ -74,10 +87,14 @@ class ClassicHeader {
         }
       }
       attributes();
-      const std::uint64_t size = type_size(u32());
+      const std::uint64_t type = u32();
+      const std::uint64_t size = type_size(type);
       count();  // vsize: 32 bits can saturate, so sizes are computed from the shape instead
       const std::uint64_t begin = version_ == 1 ? u32() : u64();
-      if (size == 0) return std::nullopt;
+      if (ok_ && size == 0) {
+        reject(fmt::format("a variable of unknown type {}", type));
+        return std::nullopt;
+      }
       vars.push_back({begin, elements * size, record});
     }
     if (!ok_) return std::nullopt;
@@ -112,11 +129,27 @@ class ClassicHeader {
     return (hi << 32) | u32();
   }
   std::uint64_t count() { return version_ == 5 ? u64() : u32(); }
+  // The walk cannot go on: past the end of the bytes read. When they are the whole file, the header is cut short.
   std::uint64_t fail() {
+    if (ok_ && problem_.empty() && b_.size() >= file_size_) {
+      problem_ = fmt::format("the header ends early: an entry at byte {} runs past the file's {} bytes", pos_, file_size_);
+    }
     ok_ = false;
     pos_ = b_.size();
     return 0;
   }
+  // A list's tag: its own, or ABSENT (zero) followed by a zero count.
+  void tag(std::uint64_t expected, const char* name) {
+    const std::size_t at = pos_;
+    const std::uint64_t t = u32();
+    if (ok_ && t != expected && t != 0) reject(fmt::format("tag 0x{:x} at byte {} where {} (0x{:x}) or ABSENT (0) belongs", t, at, name, expected));
+    if (ok_ && t == 0) {
+      const std::size_t count_at = pos_;
+      if (const std::uint64_t n = count(); ok_ && n != 0) reject(fmt::format("ABSENT at byte {} followed by a count of {}", count_at - 4, n));
+      pos_ = count_at;  // the list's own loop reads the (zero) count again
+    }
+  }
+  static constexpr std::uint64_t kDimensionTag = 0x0A, kVariableTag = 0x0B, kAttributeTag = 0x0C;
   void skip(std::uint64_t n) {
     const std::uint64_t padded = (n + 3) / 4 * 4;  // everything in the header is padded to 4 bytes
     if (n > b_.size() || padded > b_.size() - pos_) {
@@ -125,14 +158,37 @@ class ClassicHeader {
       pos_ += padded;
     }
   }
-  void name() { skip(count()); }
+  void name() {
+    const std::uint64_t n = count();
+    if (ok_ && n > NC_MAX_NAME) return reject(fmt::format("a name of {} bytes at byte {} (the format allows {})", n, pos_ - 4, NC_MAX_NAME));
+    skip(n);
+  }
+  // A count of header entries, each at least `bytes` long, that must fit in what is left of the file.
+  std::uint64_t entries(const char* what, std::uint64_t bytes = 8) {
+    const std::uint64_t n = count();
+    if (ok_ && n > (file_size_ - std::min<std::uint64_t>(pos_, file_size_)) / bytes) {
+      reject(fmt::format("{} {} at byte {}, more than the file's {} bytes can hold", n, what, pos_, file_size_));
+      return 0;
+    }
+    return n;
+  }
+  void reject(std::string why) {
+    if (problem_.empty()) problem_ = std::move(why);
+    fail();
+  }
   void attributes() {
-    u32();  // NC_ATTRIBUTE, or ABSENT's zero
-    for (std::uint64_t n = count(), i = 0; i < n && ok_; ++i) {
+    tag(kAttributeTag, "NC_ATTRIBUTE");
+    for (std::uint64_t n = entries("attributes"), i = 0; i < n && ok_; ++i) {
       name();
       const std::uint64_t size = type_size(u32());
       const std::uint64_t values = count();
-      if (size == 0 || values > b_.size()) {
+      if (ok_ && size > 0 && values > (file_size_ - std::min<std::uint64_t>(pos_, file_size_)) / size) {
+        // The values live in the header: more than the file holds is no NetCDF file (libnetcdf allocated them
+        // first: 4 GiB for a 324-byte file, found by fuzzing).
+        reject(fmt::format("an attribute of {} values at byte {}, more than the file's {} bytes can hold", values, pos_, file_size_));
+      } else if (ok_ && size == 0) {
+        reject(fmt::format("an attribute of unknown type at byte {}", pos_ - 8));
+      } else if (values > b_.size()) {
         fail();
       } else {
         skip(values * size);
@@ -157,18 +213,29 @@ class ClassicHeader {
   }
 
   std::vector<std::uint8_t> b_;
+  std::uint64_t file_size_ = 0;
   std::size_t pos_ = 0;
   int version_ = 0;
   bool ok_ = true;
+  std::string problem_;
 };
 
-// Where the data of a classic-format file end according to its header (nullopt: unknown).
-std::optional<std::uint64_t> classic_data_end(const fs::path& path, std::uint64_t file_size) {
+// What a classic-format file's header says: where its data end (nullopt: unknown, or not a classic file) and
+// a definite violation of the format ("" none).
+struct ClassicLayout {
+  std::optional<std::uint64_t> data_end;
+  std::string problem;
+};
+ClassicLayout classic_layout(const fs::path& path, std::uint64_t file_size) {
   std::ifstream in(path, std::ios::binary);
   std::vector<std::uint8_t> head(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, std::uint64_t{16} << 20)));
   in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
-  if (!in) return std::nullopt;
-  return ClassicHeader(std::move(head)).data_end();
+  if (!in) return {};
+  ClassicHeader header(std::move(head), file_size);
+  ClassicLayout layout;
+  layout.data_end = header.data_end();
+  layout.problem = header.problem();
+  return layout;
 }
 
 }  // namespace
@@ -361,6 +428,12 @@ struct NetcdfFile::Impl {
     std::error_code ec;
     BELLOWS_CHECK_DATA(fs::is_regular_file(path, ec), fmt::format("{}: no such file", file),
                        fmt::format("check the path (relative paths start at {})", fs::current_path().string()));
+    // A classic-format header is walked before libnetcdf parses it (ClassicHeader says why).
+    const std::uint64_t size = fs::file_size(path, ec);
+    const ClassicLayout layout = classic_layout(path, ec ? 0 : size);
+    if (!layout.problem.empty()) {
+      fail(fmt::format("not a valid NetCDF classic header: {}", layout.problem), "the file is corrupt or not NetCDF: write it again");
+    }
     const int opened = nc_open(file.c_str(), NC_NOWRITE, &ncid);
     // Positive codes are the system's errno: an unreadable file is not a corrupt one.
     if (opened == EACCES || opened == EPERM) {
@@ -371,9 +444,7 @@ struct NetcdfFile::Impl {
       int format = 0;
       check_nc(nc_inq_format(ncid, &format), "cannot read the format");
       if (format == NC_FORMAT_CLASSIC || format == NC_FORMAT_64BIT_OFFSET || format == NC_FORMAT_CDF5) {
-        const std::uint64_t size = fs::file_size(path);
-        const auto end = classic_data_end(path, size);
-        if (end && *end > size) {
+        if (const auto end = layout.data_end; end && *end > size) {
           fail(fmt::format("truncated: its header places data up to byte {}, the file has {} bytes", *end, size),
                "the file is incomplete (an interrupted copy or download?): copy it again");
         }

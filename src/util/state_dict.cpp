@@ -1,6 +1,8 @@
 // StateDict helpers; see state_dict.h.
 #include "bellows/util/state_dict.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -48,7 +50,17 @@ const at::Tensor& get_tensor(const StateDict& dict, const std::string& key) {
   return it->second;
 }
 
-std::int64_t get_int(const StateDict& dict, const std::string& key) { return scalar(dict, key).item<std::int64_t>(); }
+std::int64_t get_int(const StateDict& dict, const std::string& key) {
+  const at::Tensor& t = scalar(dict, key);
+  if (!at::isFloatingType(t.scalar_type())) return t.item<std::int64_t>();
+  // A float where an integer belongs (a state written by hand): whole and in range, or a data error (LibTorch's
+  // own conversion throws an internal error on NaN or 1e30; found by fuzzing the checkpoint reader).
+  const double v = t.item<double>();
+  BELLOWS_CHECK_DATA(std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.2e18,
+                     fmt::format("state entry '{}' holds {}, expected an integer", key, v),
+                     "the state was written by something other than bellows, or is corrupt");
+  return static_cast<std::int64_t>(v);
+}
 
 double get_double(const StateDict& dict, const std::string& key) { return scalar(dict, key).item<double>(); }
 

@@ -174,6 +174,24 @@ TEST(ConfigOverride, InvalidYamlValueIsAConfigErrorNamingTheArgument) {
       << e.message();
 }
 
+// Found by fuzzing (tests/fuzz/config_fuzz.cpp): a map value whose keys are not names ('--lr=: 3' is a map with
+// a null key; 'x={a.b: 1}' a dotted one) was merged in, leaving a node no key reaches (to_yaml threw yaml-cpp's
+// InvalidNode) or a config that printed but did not load again. Now a config error, and the config unchanged.
+TEST(ConfigOverride, MapValuesWhoseKeysAreNotNamesAreConfigErrors) {
+  for (const std::string bad : {"ema.enabled=: 5", "optim={: 3}", "optim={lr: {: 1}}", "data.csv={a.b: 1}", "model=[{x.y: 1}]"}) {
+    Config c = Config::parse("optim: {lr: 0.1}\n", "run.yaml");
+    const std::string before = c.to_yaml();
+    try {
+      c.apply_override(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << bad;
+      EXPECT_NE(e.message().find("holds a key that is not a name"), std::string::npos) << e.message();
+    }
+    EXPECT_EQ(c.to_yaml(), before) << bad;
+  }
+}
+
 TEST(ConfigOverride, IncludeKeysCannotBeOverridden) {
   Config c;
   const Error e = error_from([&] { c.apply_override("experiment=other.yaml"); });

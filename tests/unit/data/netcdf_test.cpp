@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netcdf.h>
+
+#include <tuple>
 #include <unistd.h>
 
 #include <atomic>
@@ -343,12 +345,43 @@ TEST_F(NetcdfTest, MissingGarbageAndTruncatedFiles) {
       e = error_from([&] { make_netcdf_dataset(o); });
       EXPECT_EQ(e.kind(), ErrorKind::kData);
       EXPECT_NE(e.message().find("cut.nc: "), std::string::npos) << e.message();
-      // netCDF-4 (HDF5) truncation is the library's error; a classic file's is found from its header.
-      const bool classic_data = format == NC_64BIT_OFFSET && fraction > 0.2;
-      EXPECT_NE(e.message().find(classic_data ? "cut.nc: truncated: its header places data up to byte" : "NetCDF: "),
-                std::string::npos)
-          << format << " " << fraction << ": " << e.message();
+      // netCDF-4 (HDF5) truncation is the library's error; a classic file's is found from its header: cut inside
+      // the header (10%), the header's walk says so before libnetcdf reads it; cut in the data, the header says
+      // where the data end.
+      const bool classic = format == NC_64BIT_OFFSET;
+      const char* expected = !classic ? "NetCDF: "
+                             : fraction > 0.2 ? "cut.nc: truncated: its header places data up to byte"
+                                              : "cut.nc: not a valid NetCDF classic header: the header ends early";
+      EXPECT_NE(e.message().find(expected), std::string::npos) << format << " " << fraction << ": " << e.message();
     }
+  }
+}
+
+// Found by fuzzing (tests/fuzz): classic headers that libnetcdf 4.9 does not survive are rejected before it
+// parses them: a dimension name longer than NC_MAX_NAME (nc_inq_dimname wrote past bellows' name buffer) and a
+// CDF-5 header of 31 bytes claiming 536,870,916 dimensions (nc_open crashed or exhausted memory).
+TEST_F(NetcdfTest, HeadersLibnetcdfDoesNotSurviveAreRejectedFirst) {
+  const auto be32 = [](std::string& s, std::uint32_t v) {
+    for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  std::string long_name = "CDF\x01";
+  be32(long_name, 0);           // numrecs
+  be32(long_name, 0x0a);        // NC_DIMENSION (the classic format's tag; not in netcdf.h)
+  be32(long_name, 1);           // one dimension
+  be32(long_name, 261);         // its name: 261 bytes
+  long_name += std::string(264, 'a');
+  be32(long_name, 3);           // its length
+  for (int i = 0; i < 4; ++i) be32(long_name, 0);  // no attributes, no variables
+  const std::string dims = std::string("CDF\x05", 4) + std::string("\0\0\0\0\0\0\0\0\0\0\0\x0a\0\0\0\0\x20\0\0\x04\0\0\0\0\0\0\0", 27);
+  ASSERT_EQ(dims.size(), 31u);
+  for (const auto& [file, bytes, expected] : {std::tuple{"long_name.nc", long_name, "a name of 261 bytes at byte 16 (the format allows 256)"},
+                                              std::tuple{"dims.nc", dims, "536870916 dimensions at byte 24, more than the file's 31 bytes can hold"}}) {
+    NetcdfOptions o = raw();
+    o.path = dir_ / file;
+    std::ofstream(o.path, std::ios::binary) << bytes;
+    const Error e = error_from([&] { make_netcdf_dataset(o); });
+    EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+    EXPECT_NE(e.message().find(std::string(file) + ": not a valid NetCDF classic header: " + expected), std::string::npos) << e.message();
   }
 }
 

@@ -2,6 +2,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bellows/util/error.h"
 #include "bellows/util/state_dict.h"
 
@@ -29,6 +31,24 @@ TEST(StateDict, PrefixesNestAndUnnest) {
   EXPECT_EQ(back.size(), 2u);
   EXPECT_EQ(get_int(back, "a"), 1);
   EXPECT_TRUE(back.at("w").equal(at::ones({2})));
+}
+
+// Found by fuzzing the checkpoint reader: a float where an integer belongs (NaN, 1e30) made LibTorch's conversion
+// throw an internal error; whole floats are accepted, the rest are data errors naming the entry.
+TEST(StateDict, AnIntegerEntryHoldingANonIntegerIsADataError) {
+  StateDict d;
+  put_double(d, "counters.step", 12.0);
+  EXPECT_EQ(get_int(d, "counters.step"), 12);
+  for (const double bad : {std::nan(""), 1e30, 2.5}) {
+    put_double(d, "counters.step", bad);
+    try {
+      get_int(d, "counters.step");
+      ADD_FAILURE() << bad << " was read as an integer";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kData);
+      EXPECT_NE(e.message().find("state entry 'counters.step' holds"), std::string::npos) << e.message();
+    }
+  }
 }
 
 TEST(StateDict, MissingKeyNamesKeyAndKnownKeys) {

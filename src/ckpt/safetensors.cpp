@@ -134,6 +134,11 @@ nlohmann::json parse_json(const File& f, std::uint64_t n, const std::string& tex
                  fmt::format("{}: the safetensors header (bytes {} to {}) is not valid JSON, at byte {}: {}",
                              f.path().string(), kLengthSize, kLengthSize + n, at, e.what()),
                  kRewriteHint);
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range 406, a number too large (found by fuzzing)
+    BELLOWS_FAIL(ErrorKind::kData,
+                 fmt::format("{}: the safetensors header (bytes {} to {}) cannot be read: {}", f.path().string(), kLengthSize,
+                             kLengthSize + n, e.what()),
+                 kRewriteHint);
   }
   if (!duplicate.empty()) bad_header(f, n, fmt::format("the key '{}' appears twice", duplicate));
   return j;

@@ -232,6 +232,10 @@ bool jpeg_read_pixels(jpeg_decompress_struct* cinfo, JpegError* err, std::uint8_
   BELLOWS_FAIL(ErrorKind::kData, fmt::format("{}: libjpeg error: {}", name, err.message), kCorruptHint);
 }
 
+// What libjpeg may allocate for one image (a progressive 100-megapixel colour JPEG needs about 600 MB of
+// coefficients); beyond it libjpeg-turbo fails (it has no backing store) and the decode is a data error.
+constexpr long kJpegMemoryLimit = 1L << 30;
+
 struct JpegDecompressGuard {
   jpeg_decompress_struct* cinfo;
   ~JpegDecompressGuard() { jpeg_destroy_decompress(cinfo); }  // safe on a zeroed struct (mem == NULL)
@@ -373,6 +377,16 @@ at::Tensor decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& n
 
   if (!jpeg_open(&cinfo, &err, bytes.data(), bytes.size())) fail_jpeg(err, name);
   check_size(cinfo.image_height, cinfo.image_width, name);
+  // A decompression bomb: every 8x8 block of the image costs at least one bit of entropy-coded data, so a file
+  // smaller than that cannot hold the image its header declares. libjpeg would first allocate the whole image
+  // (a 133-byte progressive JPEG declaring 2^28 pixels took 7 GB and 24 s before failing; found by fuzzing).
+  const std::uint64_t blocks = (std::uint64_t{cinfo.image_height} + 7) / 8 * ((std::uint64_t{cinfo.image_width} + 7) / 8);
+  BELLOWS_CHECK_DATA(bytes.size() * 8 >= blocks,
+                     fmt::format("{}: truncated JPEG: its {} bytes cannot hold the {}x{} image its header declares", name,
+                                 bytes.size(), cinfo.image_height, cinfo.image_width),
+                     kTruncatedHint);
+  // libjpeg's own arrays (a progressive file's coefficients) within a bound: past it, an error instead of memory.
+  cinfo.mem->max_memory_to_use = kJpegMemoryLimit;
   // libjpeg converts YCbCr/RGB/gray among each other, not CMYK: take CMYK out and convert it here.
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;

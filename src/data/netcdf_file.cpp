@@ -13,6 +13,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 
 #include "bellows/util/check.h"
@@ -58,8 +59,9 @@ class ClassicHeader {
     const bool streaming = numrecs == (version_ == 5 ? ~std::uint64_t{0} : 0xffffffffu);
     std::vector<std::uint64_t> dims;
     tag(kDimensionTag, "NC_DIMENSION");
+    std::set<std::string> dim_names, var_names;
     for (std::uint64_t n = entries("dimensions"), i = 0; i < n && ok_; ++i) {
-      name();
+      unique(dim_names, name(), "dimensions");
       dims.push_back(count());
     }
     attributes();
@@ -70,7 +72,7 @@ class ClassicHeader {
     std::vector<Var> vars;
     tag(kVariableTag, "NC_VARIABLE");
     for (std::uint64_t n = entries("variables"), i = 0; i < n && ok_; ++i) {
-      name();
+      unique(var_names, name(), "variables");
       const std::uint64_t ndims = entries("dimensions of a variable", version_ == 5 ? 8 : 4);
       std::uint64_t elements = 1;
       bool record = false;
@@ -158,10 +160,24 @@ class ClassicHeader {
       pos_ += padded;
     }
   }
-  void name() {
+  std::string name() {
     const std::uint64_t n = count();
-    if (ok_ && n > NC_MAX_NAME) return reject(fmt::format("a name of {} bytes at byte {} (the format allows {})", n, pos_ - 4, NC_MAX_NAME));
+    if (ok_ && n > NC_MAX_NAME) {
+      reject(fmt::format("a name of {} bytes at byte {} (the format allows {})", n, pos_ - 4, NC_MAX_NAME));
+      return {};
+    }
+    const std::size_t at = pos_;
     skip(n);
+    if (!ok_) return {};
+    std::string text(reinterpret_cast<const char*>(b_.data() + at), static_cast<std::size_t>(n));
+    // libnetcdf reads names as C strings: "time\0" would be a second "time".
+    if (text.find('\0') != std::string::npos) reject(fmt::format("a name with a NUL byte at byte {}", at));
+    return text;
+  }
+  // Names must be unique among the dimensions and among the variables: libnetcdf 4.9 accepts a second "time"
+  // dimension, and reading a coordinate variable of one by the other's length overran the buffer (fuzzing).
+  void unique(std::set<std::string>& seen, const std::string& name, const char* what) {
+    if (ok_ && !seen.insert(name).second) reject(fmt::format("two {} named '{}'", what, name));
   }
   // A count of header entries, each at least `bytes` long, that must fit in what is left of the file.
   std::uint64_t entries(const char* what, std::uint64_t bytes = 8) {
@@ -384,8 +400,12 @@ struct NetcdfFile::Impl {
     if (length <= 0 || nc_inq_varid(ncid, dim.c_str(), &varid) != NC_NOERR) return {};
     const auto dims = var_dims(varid);
     if (dims.size() != 1 || dims[0] != dim) return {};
+    // Exactly `length` values (nc_get_vara: an error when the variable is shorter). nc_get_var read the whole
+    // variable into a buffer of `length`: in a file whose coordinate variable is longer than the dimension the
+    // caller saw, it wrote past the buffer (found by fuzzing, under valgrind).
     std::vector<double> values(static_cast<std::size_t>(length));
-    check_nc(nc_get_var_double(ncid, varid, values.data()), fmt::format("coordinate variable '{}'", dim));
+    const std::size_t start = 0, count = static_cast<std::size_t>(length);
+    check_nc(nc_get_vara_double(ncid, varid, &start, &count, values.data()), fmt::format("coordinate variable '{}'", dim));
     return values;
   }
 

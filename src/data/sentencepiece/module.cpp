@@ -10,14 +10,31 @@ namespace {
 
 std::string error_of(const sentencepiece::util::Status& status) { return status.ok() ? std::string() : status.ToString(); }
 
+// SentencePiece reports most problems as a Status, but some of its parts throw (darts_clone's trie on a malformed
+// model: "failed to insert key: zero-length key", found by fuzzing): those become the error text too.
+template <typename F>
+std::string guarded(F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return std::string("SentencePiece: ") + e.what();
+  } catch (...) {
+    return "SentencePiece: an unknown exception";
+  }
+}
+
 class ProcessorModel final : public Model {
  public:
   sentencepiece::SentencePieceProcessor processor;
-  std::string encode(std::string_view text, std::vector<int>* ids) const override { return error_of(processor.Encode(text, ids)); }
-  std::string encode_pieces(std::string_view text, std::vector<std::string>* pieces) const override {
-    return error_of(processor.Encode(text, pieces));
+  std::string encode(std::string_view text, std::vector<int>* ids) const override {
+    return guarded([&] { return error_of(processor.Encode(text, ids)); });
   }
-  std::string decode(const std::vector<int>& ids, std::string* text) const override { return error_of(processor.Decode(ids, text)); }
+  std::string encode_pieces(std::string_view text, std::vector<std::string>* pieces) const override {
+    return guarded([&] { return error_of(processor.Encode(text, pieces)); });
+  }
+  std::string decode(const std::vector<int>& ids, std::string* text) const override {
+    return guarded([&] { return error_of(processor.Decode(ids, text)); });
+  }
   int piece_size() const override { return processor.GetPieceSize(); }
   int piece_to_id(std::string_view piece) const override { return processor.PieceToId(piece); }
   std::string id_to_piece(int id) const override { return processor.IdToPiece(id); }
@@ -49,15 +66,17 @@ class VectorIterator final : public sentencepiece::SentenceIterator {
 
 Model* load(const std::string& serialized, std::string* error) {
   auto model = std::make_unique<ProcessorModel>();
-  *error = error_of(model->processor.LoadFromSerializedProto(serialized));
+  *error = guarded([&] { return error_of(model->processor.LoadFromSerializedProto(serialized)); });
   return error->empty() ? model.release() : nullptr;
 }
 
 std::string train(const std::unordered_map<std::string, std::string>& args, const std::vector<std::string>& sentences, unsigned seed,
                   std::string* serialized) {
-  sentencepiece::SetRandomGeneratorSeed(seed);
-  VectorIterator it(sentences);
-  return error_of(sentencepiece::SentencePieceTrainer::Train(args, &it, serialized));
+  return guarded([&] {
+    sentencepiece::SetRandomGeneratorSeed(seed);
+    VectorIterator it(sentences);
+    return error_of(sentencepiece::SentencePieceTrainer::Train(args, &it, serialized));
+  });
 }
 
 }  // namespace

@@ -157,6 +157,20 @@ using SafetensorsPython = SafetensorsTest;
 
 // --- files written by Python ---
 
+// Found by fuzzing (tests/data/fuzz/README.md): a header number too large for a double is nlohmann::json's
+// out_of_range, not a parse_error, and escaped as an internal error.
+TEST(Safetensors, AHeaderNumberTooLargeIsADataError) {
+  const auto path = std::filesystem::path(BELLOWS_TEST_DATA_DIR) / "fuzz" / "safetensors_number_overflow.safetensors";
+  try {
+    read_safetensors(path);
+    ADD_FAILURE() << "read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kData);
+    EXPECT_NE(e.message().find("safetensors_number_overflow.safetensors: the safetensors header (bytes 8 to 96) cannot be read"),
+              std::string::npos) << e.message();
+  }
+}
+
 TEST_F(SafetensorsGolden, ReadsEveryDtypeWrittenByPython) {
   for (bool mmap : {false, true}) {
     std::map<std::string, std::string> metadata;

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "bellows/data/image_codec.h"
 #include "bellows/data/image_folder.h"
 #include "bellows/util/error.h"
+#include "file_bytes.h"
 #include "test_util.h"
 
 namespace bellows::data {
@@ -146,6 +148,23 @@ at::Tensor chw(const at::Tensor& hwc) {
 }
 
 // --- PNG ---
+
+// Found by fuzzing (tests/data/fuzz/README.md): a 133-byte progressive JPEG declaring more than 2^27 pixels made
+// libjpeg allocate 7 GB and work for 24 s before failing. A file too small for its declared image is rejected at
+// its header.
+TEST(JpegCodec, ADecompressionBombIsRejectedAtItsHeader) {
+  const std::string bytes = test_support::slurp(std::filesystem::path(BELLOWS_TEST_DATA_DIR) / "fuzz" / "jpeg_bomb.jpg");
+  ASSERT_EQ(bytes.size(), 133u);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    decode_image({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "bomb.jpg");
+    ADD_FAILURE() << "the bomb decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kData);
+    EXPECT_NE(e.message().find("bomb.jpg: truncated JPEG: its 133 bytes cannot hold the "), std::string::npos) << e.message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
 
 TEST(PngCodec, RgbRoundTripIsExact) {
   const at::Tensor img = pattern(13, 17, 3);

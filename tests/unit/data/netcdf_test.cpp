@@ -383,6 +383,14 @@ TEST_F(NetcdfTest, HeadersLibnetcdfDoesNotSurviveAreRejectedFirst) {
     EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
     EXPECT_NE(e.message().find(std::string(file) + ": not a valid NetCDF classic header: " + expected), std::string::npos) << e.message();
   }
+  // A second dimension named "time\0" (libnetcdf reads it as another "time"): the coordinate variable of the
+  // second, read by the first's length, overran bellows' buffer (found under valgrind from the fuzz corpus).
+  NetcdfOptions o = raw();
+  o.path = fs::path(BELLOWS_TEST_DATA_DIR) / "fuzz" / "netcdf_duplicate_dimension.nc";
+  const Error e = error_from([&] { make_netcdf_dataset(o); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+  EXPECT_NE(e.message().find("netcdf_duplicate_dimension.nc: not a valid NetCDF classic header: a name with a NUL byte at byte 32"), std::string::npos)
+      << e.message();
 }
 
 TEST_F(NetcdfTest, UnknownVariableSuggestsTheClosest) {

@@ -145,6 +145,15 @@ TEST(Tokenizer, ErrorsNameTheFileOrTheProblem) {
   EXPECT_THAT(e.message(), HasSubstr("wordpiece"));
 }
 
+// Found by fuzzing (tests/data/fuzz/README.md): a model on which SentencePiece's trie build throws (darts_clone:
+// "zero-length key") instead of returning a status; the exception escaped as an internal error.
+TEST(Tokenizer, AModelOnWhichSentencePieceThrowsIsADataError) {
+  const fs::path path = fs::path(BELLOWS_TEST_DATA_DIR) / "fuzz" / "spm_zero_length_key.model";
+  const Error e = error_from([&] { Tokenizer::load(path); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData);
+  EXPECT_THAT(e.message(), HasSubstr("spm_zero_length_key.model is not a SentencePiece model: SentencePiece: "));
+}
+
 // Regression: linked into the process, Debian's libsentencepiece bound its global FLAGS_minloglevel (a 32-byte
 // flag object) to libc10's 4-byte int of that name and wrote over libc10's flags, turning on
 // FLAGS_caffe2_use_fatal_for_enforce: a failed CPU allocation then aborted the process instead of throwing. The

@@ -13,6 +13,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
+#include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
@@ -115,6 +116,7 @@ void OnlineTrainer::construct(const config::Config& c) {
   // --- plan: one process, whatever launcher started the host program (its ranks are the host's business) ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   p.plan = plan::resolve(plan_request(c), hw);
+  p.plan.entries.insert(p.plan.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
   plan::apply(p.plan);  // on the compute thread: its thread count; the rest is process-wide
   models::set_dropout_masks(dropout_masks_setting(c));
   torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));

@@ -9,6 +9,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
+#include "bellows/app/profiles.h"
 #include "run_parts.h"
 #include "bellows/app/strategy_setup.h"
 #include "bellows/app/trainer_setup.h"
@@ -177,6 +178,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   request.share_node_cores = process.shares_node_cores();
   request.cores_per_process = process.cpus_per_process;
   plan::Plan p = plan::resolve(request, hw);  // make_loaders revises the workers once it has the data
+  p.entries.insert(p.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
   plan::apply(p);
   // --- the job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s) ---
   StrategySetup strategy = make_strategy(c, process, p);

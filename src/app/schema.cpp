@@ -2,6 +2,8 @@
 #include "bellows/app/schema.h"
 
 #include "bellows/app/data_setup.h"
+#include "bellows/app/profiles.h"
+#include "bellows/hw/hardware_info.h"
 #include "bellows/data/build.h"
 #include "bellows/models/registry.h"
 #include "bellows/precision/precision.h"
@@ -83,6 +85,8 @@ config::Schema run_schema(const std::string& model_name) {
       .default_value(node("auto"));
   s.add("train.detect_anomaly", Type::kBool, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
         "waits for the device; slower backward)").default_value(node(false));
+  s.add("train.oom_recovery", Type::kBool, "an out-of-memory error in a step halves the micro-batch, doubles the micro-batches per "
+        "optimizer step and runs the step again (same samples, same effective batch); false: stop with exit 4").default_value(node(true));
   s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
   // optimizer
   s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));
@@ -169,11 +173,22 @@ config::Schema run_schema(const std::string& model_name) {
 }
 
 config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
-  return resolve_loaded_config(file ? config::Config::load(*file) : config::Config::parse(kDemoConfig, "<embedded demo>"), args);
+  std::vector<std::string> rest = args;
+  const std::optional<std::string> profile = take_profile_argument(rest);
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  config::Config c = file ? config::Config::load(*file, profile_resolver(hw, profile))
+                          : config::Config::parse(kDemoConfig, "<embedded demo>", profile_resolver(hw, profile));
+  compose_default_profile(c, hw, profile);
+  return resolve_loaded_config(std::move(c), rest);
 }
 
 config::Config resolve_config_text(const std::string& yaml, const std::string& name, const std::vector<std::string>& args) {
-  return resolve_loaded_config(config::Config::parse(yaml, name), args);
+  std::vector<std::string> rest = args;
+  const std::optional<std::string> profile = take_profile_argument(rest);
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  config::Config c = config::Config::parse(yaml, name, profile_resolver(hw, profile));
+  compose_default_profile(c, hw, profile);
+  return resolve_loaded_config(std::move(c), rest);
 }
 
 config::Config resolve_loaded_config(config::Config c, const std::vector<std::string>& args) {

@@ -106,7 +106,7 @@ std::string Origin::str() const {
 Config::Config() : root_(YAML::NodeType::Map) {}
 
 Config::Config(const Config& other)
-    : root_(YAML::Clone(other.root_)), origins_(other.origins_), name_(other.name_), sources_(other.sources_) {}
+    : root_(YAML::Clone(other.root_)), origins_(other.origins_), name_(other.name_), sources_(other.sources_), profile_(other.profile_) {}
 
 Config& Config::operator=(const Config& other) {
   if (this != &other) {
@@ -114,6 +114,7 @@ Config& Config::operator=(const Config& other) {
     origins_ = other.origins_;
     name_ = other.name_;
     sources_ = other.sources_;
+    profile_ = other.profile_;
   }
   return *this;
 }
@@ -122,7 +123,8 @@ Config::Config(Config&& other) noexcept
     : root_(other.root_),
       origins_(std::move(other.origins_)),
       name_(std::move(other.name_)),
-      sources_(std::move(other.sources_)) {
+      sources_(std::move(other.sources_)),
+      profile_(std::move(other.profile_)) {
   other.root_.reset(YAML::Node());  // detach the moved-from config (an empty handle: allocates nothing)
 }
 
@@ -133,6 +135,7 @@ Config& Config::operator=(Config&& other) noexcept {
     origins_ = std::move(other.origins_);
     name_ = std::move(other.name_);
     sources_ = std::move(other.sources_);
+    profile_ = std::move(other.profile_);
   }
   return *this;
 }
@@ -254,6 +257,25 @@ void Config::merge(const Config& over) {
   }
 }
 
+void Config::compose_profile_below(const Config& profile, ProfileChoice choice) {
+  Config composed = profile;
+  composed.merge(*this);
+  composed.name_ = name_;
+  composed.sources_ = profile.sources_;
+  for (const auto& source : sources_) {
+    if (std::find(composed.sources_.begin(), composed.sources_.end(), source) == composed.sources_.end()) composed.sources_.push_back(source);
+  }
+  composed.profile_ = std::move(choice);
+  *this = std::move(composed);
+}
+
+bool is_profile_path(const std::string& value) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return value.size() >= suffix.size() && value.compare(value.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return value.find('/') != std::string::npos || ends_with(".yaml") || ends_with(".yml");
+}
+
 bool Config::has(const std::string& key) const {
   const auto parts = detail::split_key(key);
   return !parts.empty() && find(root_, parts).IsDefined();
@@ -298,10 +320,13 @@ void Config::apply_value(const std::string& key, const std::string& value_text, 
   const auto parts = detail::split_key(key);
   BELLOWS_CHECK_USAGE(!parts.empty(), fmt::format("{}: '{}' is not a valid key", origin.str(), key),
                       "write key=value with a dotted key, like optim.lr=3e-4");
-  BELLOWS_CHECK_CONFIG(
-      parts.size() > 1 || (key != kExperimentKey && key != kHardwareProfileKey),
-      fmt::format("{}: '{}' names a file to compose and can only be set in a config file", origin.str(), key),
-      fmt::format("write '{}: FILE' in the run config", key));
+  BELLOWS_CHECK_CONFIG(parts.size() > 1 || key != kExperimentKey,
+                       fmt::format("{}: '{}' names a file to compose and can only be set in a config file", origin.str(), key),
+                       fmt::format("write '{}: FILE' in the run config", key));
+  // `hardware_profile=NAME` is taken by the run's loading (app/profiles.h) before the file is composed.
+  BELLOWS_CHECK_CONFIG(parts.size() > 1 || key != kHardwareProfileKey,
+                       fmt::format("{}: '{}' is chosen when the config is loaded, before overrides apply", origin.str(), key),
+                       "give it to bellows train/plan/doctor/config show as hardware_profile=NAME (or --hardware-profile NAME)");
   YAML::Node value;
   try {
     value = YAML::Load(value_text);

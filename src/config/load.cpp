@@ -7,6 +7,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "bellows/config/config.h"
@@ -38,6 +39,7 @@ struct Chain {
 struct Composed {
   Config config;
   std::vector<std::string> sources;
+  std::optional<ProfileChoice> profile;  // the hardware profile composed (the outermost file's wins)
 };
 
 Origin origin_at(const std::string& file, const YAML::Mark& mark) {
@@ -103,10 +105,10 @@ void add_entries(Config& layer, const YAML::Node& map, const std::string& prefix
   }
 }
 
-Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain);
+Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain, const ProfileResolver& profiles);
 
 // The config of one parsed document, its includes merged below its own keys.
-Composed compose(const YAML::Node& doc, const std::string& display, const fs::path& dir, Chain& chain) {
+Composed compose(const YAML::Node& doc, const std::string& display, const fs::path& dir, Chain& chain, const ProfileResolver& profiles) {
   Composed result;
   if (doc.IsNull()) {  // an empty file is an empty config
     result.sources.push_back(display);
@@ -125,7 +127,22 @@ Composed compose(const YAML::Node& doc, const std::string& display, const fs::pa
                            fmt::format("{}: '{}' must name a YAML file, got {}", site.origin.str(), include_key,
                                        detail::describe(value)),
                            fmt::format("write '{}: path/to/file.yaml'", include_key));
-      Composed included = load_file(dir / value.Scalar(), &site, chain);
+      const std::string& named = value.Scalar();
+      fs::path file = dir / named;
+      const bool is_profile = std::string(include_key) == kHardwareProfileKey;
+      if (is_profile) {  // a shipped profile's name, auto or none, through the resolver; else a path
+        BELLOWS_CHECK_CONFIG(static_cast<bool>(profiles) || is_profile_path(named),
+                             fmt::format("{}: 'hardware_profile: {}' names a shipped profile, which only a run's loading resolves",
+                                         site.origin.str(), named),
+                             "name a file instead (a path with '/' or ending in .yaml)");
+        if (profiles) {
+          if (std::optional<fs::path> found = profiles(named, site.origin)) file = *found;
+        }
+      }
+      if (is_profile) result.profile = ProfileChoice{named, site.origin, file};
+      if (file.empty()) break;  // hardware_profile: none
+      Composed included = load_file(file, &site, chain, profiles);
+      if (!is_profile && included.profile) result.profile = included.profile;  // an experiment's profile, unless this file names one
       result.config.merge(included.config);
       result.sources.insert(result.sources.end(), included.sources.begin(), included.sources.end());
       break;  // a duplicate include key is reported by add_entries
@@ -155,7 +172,7 @@ std::string read_file(const fs::path& path, const std::string& display, const In
   return text.str();
 }
 
-Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain) {
+Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain, const ProfileResolver& profiles) {
   const std::string display = path.lexically_normal().string();
   const std::string text = read_file(path, display, site);
   const std::string id = file_id(path);
@@ -168,7 +185,7 @@ Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain) 
   chain.ids.push_back(id);
   chain.displays.push_back(display);
   const YAML::Node doc = parse_text(text, display, site);
-  Composed composed = compose(doc, display, path.parent_path(), chain);
+  Composed composed = compose(doc, display, path.parent_path(), chain, profiles);
   chain.ids.pop_back();
   chain.displays.pop_back();
   return composed;
@@ -176,20 +193,22 @@ Composed load_file(const fs::path& path, const IncludeSite* site, Chain& chain) 
 
 }  // namespace
 
-Config Config::load(const std::filesystem::path& path) {
+Config Config::load(const std::filesystem::path& path, const ProfileResolver& profiles) {
   Chain chain;
-  Composed composed = load_file(path, nullptr, chain);
+  Composed composed = load_file(path, nullptr, chain, profiles);
   composed.config.name_ = path.lexically_normal().string();
   composed.config.sources_ = std::move(composed.sources);
+  composed.config.profile_ = std::move(composed.profile);
   return std::move(composed.config);
 }
 
-Config Config::parse(const std::string& yaml_text, const std::string& name) {
+Config Config::parse(const std::string& yaml_text, const std::string& name, const ProfileResolver& profiles) {
   Chain chain{{file_id(name)}, {name}};
   const YAML::Node doc = parse_text(yaml_text, name, nullptr);
-  Composed composed = compose(doc, name, fs::path(name).parent_path(), chain);
+  Composed composed = compose(doc, name, fs::path(name).parent_path(), chain, profiles);
   composed.config.name_ = name;
   composed.config.sources_ = std::move(composed.sources);
+  composed.config.profile_ = std::move(composed.profile);
   return std::move(composed.config);
 }
 

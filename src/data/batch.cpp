@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::data {
 
@@ -23,6 +26,28 @@ Batch Batch::to(c10::Device device, bool non_blocking) const {
   out.size = size;
   for (const auto& [name, t] : tensors) out.tensors.emplace(name, t.to(device, non_blocking));
   return out;
+}
+
+Batch Batch::slice(std::int64_t start, std::int64_t count) const {
+  BELLOWS_CHECK(start >= 0 && count >= 0 && start + count <= size,
+                fmt::format("samples {}..{} of a batch of {}", start, start + count, size), "report this bug");
+  Batch out;
+  out.size = count;
+  for (const auto& [name, t] : tensors) {
+    BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) == size,
+                       fmt::format("batch tensor '{}' has shape {} but the batch has {} samples: it cannot be split into "
+                                   "smaller batches", name, shape_of(t), size),
+                       "every tensor of a batch needs the samples as its first dimension");
+    out.tensors.emplace(name, t.narrow(0, start, count));
+  }
+  return out;
+}
+
+std::vector<std::int64_t> split_sizes(std::int64_t size, std::int64_t parts) {
+  const std::int64_t n = std::max<std::int64_t>(std::min(size, parts), 1);
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), size / n);
+  for (std::int64_t i = 0; i < size % n; ++i) ++sizes[static_cast<std::size_t>(i)];
+  return sizes;
 }
 
 }  // namespace bellows::data

@@ -21,6 +21,7 @@
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
+#include "bellows/util/format.h"          // defines: shape_of
 #include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
 #include "bellows/util/timer.h"           // defines: seconds_since
 
@@ -110,24 +111,37 @@ struct Trainer::Window {
   }
   // Tokens or pixels, where the batch has them (throughput beside samples/s): token ids "x" [B, T] (integer; the
   // real ones when an "x_mask" marks them, summed on the device) or images "x" [B, C, H, W] (B x H x W pixels).
+  struct Units {
+    std::string unit;      // "tokens", "pixels", or "" (neither)
+    double host = 0;       // counted on the host
+    at::Tensor on_device;  // counted on the device (masked tokens)
+  };
+  static Units units_of(const data::Batch& b) {
+    Units u;
+    const auto it = b.tensors.find("x");
+    if (it == b.tensors.end() || !it->second.defined()) return u;
+    const at::Tensor& x = it->second;
+    if (!at::isFloatingType(x.scalar_type()) && x.dim() == 2) {
+      u.unit = "tokens";
+      if (const auto mask = b.tensors.find("x_mask"); mask != b.tensors.end() && mask->second.sizes() == x.sizes()) {
+        u.on_device = mask->second.ne(0).sum().to(at::kFloat);
+      } else {
+        u.host = static_cast<double>(x.numel());
+      }
+    } else if (at::isFloatingType(x.scalar_type()) && x.dim() == 4) {
+      u.unit = "pixels";
+      u.host = static_cast<double>(x.size(0) * x.size(2) * x.size(3));
+    }
+    return u;
+  }
   std::string unit;                 // "tokens", "pixels", or "" (neither)
   double units = 0;                 // counted on the host
   at::Tensor units_on_device;       // counted on the device (masked tokens)
-  void add_units(const data::Batch& b) {
-    const auto it = b.tensors.find("x");
-    if (it == b.tensors.end() || !it->second.defined()) return;
-    const at::Tensor& x = it->second;
-    if (!at::isFloatingType(x.scalar_type()) && x.dim() == 2) {
-      unit = "tokens";
-      if (const auto mask = b.tensors.find("x_mask"); mask != b.tensors.end() && mask->second.sizes() == x.sizes()) {
-        accumulate(units_on_device, mask->second.ne(0).sum().to(at::kFloat));
-      } else {
-        units += static_cast<double>(x.numel());
-      }
-    } else if (at::isFloatingType(x.scalar_type()) && x.dim() == 4) {
-      unit = "pixels";
-      units += static_cast<double>(x.size(0) * x.size(2) * x.size(3));
-    }
+  void add_units(const Units& u) {
+    if (u.unit.empty()) return;
+    unit = u.unit;
+    units += u.host;
+    if (u.on_device.defined()) accumulate(units_on_device, u.on_device);
   }
   void reset(double t, std::int64_t step, std::int64_t skipped) {  // a new logging window; the epoch's start time stays
     loss_sum = grad_norm_sum = units_on_device = at::Tensor();
@@ -401,11 +415,53 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       held += fmt::format(" (cpu_tensor_limit_mb {:.0f})", limit / 1e6);
     }
     if (proc.rss_bytes >= 0) held += fmt::format("; process memory (RSS) {:.1f} MB, peak {:.1f} MB", proc.rss_bytes / 1e6, proc.peak_rss_bytes / 1e6);
+    if (!oom_note_.empty()) held += "; " + oom_note_;
     BELLOWS_FAIL(ErrorKind::kResource,
                  fmt::format("optimizer step {} ran out of memory after its {} phase: {}{}", step_ + 1, obs::phase_name(last_phase_),
                              r.message.empty() ? "out of memory" : r.message, held),
                  r.hint.empty() ? std::string(kOutOfMemoryHint) : r.hint);
   }
+}
+
+bool Trainer::recover_from_oom(const data::Batch& batch, const std::vector<at::Tensor>& buffers, const std::vector<at::Tensor>& saved_buffers,
+                               const StateDict& rng_before) {
+  if (!report_current_exception().out_of_memory) return false;
+  const std::int64_t batch_size = batch.size;
+  for (const auto& [name, t] : batch.tensors) {
+    if (t.dim() == 0 || t.size(0) != batch_size) {
+      oom_note_ = fmt::format("out-of-memory recovery cannot split the batch: its tensor '{}' has shape {}, not the {} samples first",
+                              name, shape_of(t), batch_size);
+      return false;
+    }
+  }
+  const std::int64_t micro_batch = (batch_size + micro_split_ - 1) / micro_split_;  // the largest part that failed
+  if (micro_batch <= 1) {
+    oom_note_ = oom_recoveries_ > 0 ? fmt::format("a micro-batch of 1 sample ran out of memory after {} out-of-memory recoveries", oom_recoveries_)
+                                    : "a micro-batch of 1 sample ran out of memory";
+    return false;
+  }
+  // Everything the step's micro-batches changed goes back to how it was before the step: gradients, buffers,
+  // RNG states. What the failed attempt held was released with the exception; the cached blocks go too.
+  optimizer_->zero_grad();
+  {
+    torch::NoGradGuard no_grad;
+    if (!buffers.empty()) at::_foreach_copy_(const_cast<std::vector<at::Tensor>&>(buffers), saved_buffers);
+  }
+  load_rng_state(rng_before);
+  obs::release_cached_memory(options_.device);
+  micro_split_ *= 2;
+  ++oom_recoveries_;
+  const std::int64_t smaller = (batch_size + micro_split_ - 1) / micro_split_;
+  // last_phase_ is the last phase that ended: the failure was in the one after it.
+  const obs::Phase failed_in = last_phase_ == obs::Phase::kCopy      ? obs::Phase::kForward
+                               : last_phase_ == obs::Phase::kForward ? obs::Phase::kBackward
+                                                                     : obs::Phase::kCopy;
+  message(fmt::format("optimizer step {} ran out of memory in its {} phase with micro-batches of {} samples: each loaded batch now runs "
+                      "as {} micro-batches of {} samples ({} per optimizer step), and the step runs again from its first sample "
+                      "(gradients, buffers and RNG states as before it; the effective batch and the sample order stay)",
+                      step_ + 1, obs::phase_name(failed_in),
+                      micro_batch, micro_split_, smaller, micro_split_ * options_.accumulation_steps));
+  return true;
 }
 
 void Trainer::lap(obs::PhaseClock& clock, obs::Phase phase) {
@@ -464,6 +520,21 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   const std::int64_t skipped_at_start = precision_->skipped_steps();
   model_->train();
   bool done = step_ >= planned;
+  // Out-of-memory recovery (TrainerOptions::oom_recovery): one process only, since every rank would have to
+  // retry alike. The buffers (BatchNorm statistics, counters) are copied before each step, into tensors made once.
+  const bool recover = options_.oom_recovery && world == 1;
+  std::vector<at::Tensor> buffers, saved_buffers;
+  if (recover) {
+    torch::NoGradGuard no_grad;
+    for (auto& b : model_->buffers()) {
+      if (!b.defined() || b.numel() == 0) continue;
+      buffers.push_back(b);
+      saved_buffers.push_back(b.clone());
+    }
+  }
+  const std::int64_t recoveries_at_start = oom_recoveries_;
+  oom_note_.clear();
+  if (options_.oom_recovery && !recover) oom_note_ = "out-of-memory recovery is off with several processes (every rank would have to retry alike)";
 
   for (; epoch_ < options_.epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
@@ -479,8 +550,66 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       // The FLOPs of one step, once, from its ops' shapes: the second step of the fit (the first warms up), or
       // the first one after a trace that covers it (one profiler at a time).
       const bool counting = options_.count_flops && flops_per_sample_ == 0 && step_ > fit_first_step && flop_counter.start();
-      std::int64_t step_samples = 0;
       strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
+      // Out-of-memory recovery runs the step again from its first sample: it keeps the step's loaded batches, and
+      // the buffers and RNG states from before it, to put back.
+      std::vector<data::Batch> loaded;
+      StateDict rng_before;
+      if (recover) {
+        loaded.reserve(static_cast<std::size_t>(micro));
+        rng_before = rng_state();
+        if (!buffers.empty()) {
+          torch::NoGradGuard no_grad;
+          at::_foreach_copy_(saved_buffers, buffers);
+        }
+      }
+      // The step's meters, added to the window once all its micro-batches ran (a retry starts them again).
+      std::vector<StepOutput> outs;
+      std::vector<Window::Units> units;
+      std::int64_t step_samples = 0;
+      bool retried = false;
+      // One loaded batch as micro_split_ micro-batches. Each micro-batch loss is a batch mean: dividing by the
+      // micro-batch count makes k batches of b samples give the gradient of one batch of k*b samples.
+      const auto forward_backward = [&](const data::Batch& loaded_batch, bool last_of_step) {
+        const std::vector<std::int64_t> parts = data::split_sizes(loaded_batch.size, micro_split_);
+        std::int64_t start = 0;
+        for (std::size_t j = 0; j < parts.size(); ++j) {
+          const data::Batch part = micro_split_ > 1 ? loaded_batch.slice(start, parts[j]) : loaded_batch;
+          start += parts[j];
+          const data::Batch b = to_device(part, options_);
+          lap(clock, obs::Phase::kCopy);
+          StepOutput out;
+          {
+            RECORD_USER_SCOPE("bellows::forward");
+            auto autocast = precision_->autocast();
+            out = task_->step(*model_, b);
+          }
+          if (options_.detect_anomaly) check_forward(b, out.loss);
+          lap(clock, obs::Phase::kForward);
+          {
+            RECORD_USER_SCOPE("bellows::backward");
+            // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
+            std::optional<dist::Strategy::NoSync> local;
+            if (!last_of_step || j + 1 < parts.size()) local.emplace(strategy.no_sync());
+            std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
+            if (options_.detect_anomaly) anomaly.emplace();
+            try {
+              strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro * micro_split_)));
+            } catch (const c10::Error& e) {
+              if (!options_.detect_anomaly || report_current_exception().out_of_memory) throw;
+              BELLOWS_FAIL(ErrorKind::kData, fmt::format("non-finite values in the backward pass of optimizer step {}: {}", step_ + 1, e.what_without_backtrace()),
+                           "the loss was finite: an op's gradient overflowed (lower the learning rate, clip gradients, or check the "
+                           "function autograd named)");
+            }
+          }
+          lap(clock, obs::Phase::kBackward);
+          out.loss = out.loss.detach();
+          outs.push_back(std::move(out));
+          units.push_back(Window::units_of(b));
+          step_samples += b.size;
+        }
+      };
+      std::int64_t ran = 0;  // loaded batches of this step that ran (since the last retry)
       for (std::int64_t i = 0; i < micro; ++i) {
         std::optional<data::Batch> batch;
         {
@@ -489,42 +618,26 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
         }
         lap(clock, obs::Phase::kData);
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
-        const data::Batch b = to_device(*batch, options_);
-        lap(clock, obs::Phase::kCopy);
-        StepOutput out;
-        {
-          RECORD_USER_SCOPE("bellows::forward");
-          auto autocast = precision_->autocast();
-          out = task_->step(*model_, b);
-        }
-        if (options_.detect_anomaly) check_forward(b, out.loss);
-        lap(clock, obs::Phase::kForward);
-        {
-          // Each micro-batch loss is a batch mean: dividing by the micro-batch count makes k batches of b
-          // samples give the gradient of one batch of k*b samples.
-          RECORD_USER_SCOPE("bellows::backward");
-          // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
-          std::optional<dist::Strategy::NoSync> local;
-          if (i + 1 < micro) local.emplace(strategy.no_sync());
-          std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
-          if (options_.detect_anomaly) anomaly.emplace();
+        if (recover) loaded.push_back(*batch);
+        while (ran <= i) {
           try {
-            strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro)));
-          } catch (const c10::Error& e) {
-            if (!options_.detect_anomaly) throw;
-            BELLOWS_FAIL(ErrorKind::kData, fmt::format("non-finite values in the backward pass of optimizer step {}: {}", step_ + 1, e.what_without_backtrace()),
-                         "the loss was finite: an op's gradient overflowed (lower the learning rate, clip gradients, or check the "
-                         "function autograd named)");
+            forward_backward(recover ? loaded[static_cast<std::size_t>(ran)] : *batch, ran + 1 == micro);
+            ++ran;
+          } catch (...) {
+            if (!recover || !recover_from_oom(loaded[static_cast<std::size_t>(ran)], buffers, saved_buffers, rng_before)) throw;
+            ran = 0;
+            outs.clear();
+            units.clear();
+            step_samples = 0;
+            retried = true;
           }
         }
-        lap(clock, obs::Phase::kBackward);
-        window.add(out);
-        window.add_units(b);
-        window.samples += b.size * world;  // every rank takes an equal share (the sampler pads to it)
-        step_samples += b.size;
-        samples_ += b.size * world;
-        ++batches_in_epoch_;
       }
+      for (const auto& out : outs) window.add(out);
+      for (const auto& u : units) window.add_units(u);
+      window.samples += step_samples * world;  // every rank takes an equal share (the sampler pads to it)
+      samples_ += step_samples * world;
+      batches_in_epoch_ += micro;
 
       // --- unscale, clip, optimizer step (skipped on the device on non-finite gradients), schedule, EMA ---
       // Nothing here waits for the device: the skip decision is a device flag the fused optimizer and the EMA
@@ -549,8 +662,8 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       }
       lap(clock, obs::Phase::kOptimizer);
       if (counting) {
-        const double flops = flop_counter.stop();
-        if (flops > 0 && step_samples > 0) {
+        const double flops = flop_counter.stop();  // a retried step counted its failed attempt too: the next step counts
+        if (flops > 0 && step_samples > 0 && !retried) {
           flops_per_sample_ = flops / static_cast<double>(step_samples);
           message(fmt::format("model FLOPs: {:.4g} GFLOP per sample per training step, counted from the shapes of step {}'s ops "
                               "(LibTorch's profiler: matrix products, convolutions, elementwise mul/add; forward and backward)",
@@ -614,6 +727,8 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   result.skipped_steps = precision_->skipped_steps() - skipped_at_start;
   result.samples = samples_;
   result.new_samples = samples_ - samples_at_start;
+  result.oom_recoveries = oom_recoveries_ - recoveries_at_start;
+  result.micro_split = micro_split_;
   result.seconds = now_s() - run_start_s_;
   for (const auto& [name, value] : last_record_.values) {
     if (name == "loss") result.final_loss = value;
@@ -627,6 +742,11 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
                  {"wall time", fmt::format("{:.1f} s", result.seconds)},
                  {"throughput", fmt::format("{:.1f} samples/s", result.new_samples / std::max(result.seconds, 1e-9))},
                  {"final train loss", fmt::format("{:.6g}", result.final_loss)}};
+  if (result.oom_recoveries > 0) {
+    end.summary.emplace_back("out-of-memory recoveries",
+                             fmt::format("{} (each loaded batch ran as {} micro-batches; data.batch_size / {} with train.accumulation_steps "
+                                         "x {} starts there)", result.oom_recoveries, micro_split_, micro_split_, micro_split_));
+  }
   if (result.last_eval) end.summary.emplace_back("last eval " + monitor, fmt::format("{:.6g}", *result.last_eval));
   if (flops_per_sample_ > 0) {
     const double per_device = flops_per_sample_ * result.new_samples / std::max(result.seconds, 1e-9) / static_cast<double>(world);
@@ -743,6 +863,7 @@ StateDict Trainer::state_dict() const {
   put_int(s, "counters.epoch", epoch_);
   put_int(s, "counters.batches_in_epoch", batches_in_epoch_);
   put_int(s, "counters.samples", samples_);
+  put_int(s, "counters.micro_split", micro_split_);  // out-of-memory recovery's smaller micro-batches continue
   return s;
 }
 
@@ -759,6 +880,10 @@ void Trainer::load_state_dict(const StateDict& state) {
   epoch_ = get_int(state, "counters.epoch");
   batches_in_epoch_ = get_int(state, "counters.batches_in_epoch");
   samples_ = get_int(state, "counters.samples");
+  // Checkpoints older than out-of-memory recovery have no split: whole batches.
+  micro_split_ = contains(state, "counters.micro_split") ? get_int(state, "counters.micro_split") : 1;
+  BELLOWS_CHECK_DATA(micro_split_ >= 1, fmt::format("the trainer state's counters.micro_split is {}, expected >= 1", micro_split_),
+                     "the checkpoint's state.bin is damaged: resume from another checkpoint");
 }
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {

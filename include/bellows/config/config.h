@@ -6,7 +6,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,22 @@ struct Origin {
 inline constexpr const char* kExperimentKey = "experiment";
 inline constexpr const char* kHardwareProfileKey = "hardware_profile";
 
+// How `hardware_profile:` values are found (app/profiles.h): the name of a shipped profile, "auto" (chosen from
+// the hardware) or "none". Returns the profile's file, an empty path for none, or nullopt to read `value` as a
+// file path relative to the naming file; raises a kConfig error for an unknown name. Without a resolver,
+// `hardware_profile:` must name a file.
+using ProfileResolver = std::function<std::optional<std::filesystem::path>(const std::string& value, const Origin& where)>;
+
+// A value of `hardware_profile:` that names a file rather than a profile: it contains '/' or ends in .yaml/.yml.
+bool is_profile_path(const std::string& value);
+
+// The hardware profile a config composed.
+struct ProfileChoice {
+  std::string value;           // as written: a name, auto, none, or a path
+  Origin origin;               // where it was written
+  std::filesystem::path file;  // the file composed; empty for none
+};
+
 class Config {
  public:
   Config();
@@ -51,10 +69,20 @@ class Config {
   // Included files may name further files (each composed the same way). Missing or unparsable files,
   // include cycles, duplicate keys and keys containing '.' raise kConfig errors naming the file (and line,
   // and for a missing include the file:line that named it).
-  static Config load(const std::filesystem::path& path);
+  // A value of `hardware_profile:` that is not a path goes through `profiles`.
+  static Config load(const std::filesystem::path& path, const ProfileResolver& profiles = {});
   // Parses YAML text as if it came from `name` (for the embedded default and tests). Composition works as in
   // load(), with included paths relative to the directory part of `name`.
-  static Config parse(const std::string& yaml_text, const std::string& name);
+  static Config parse(const std::string& yaml_text, const std::string& name, const ProfileResolver& profiles = {});
+
+  // The hardware profile composed by `hardware_profile:` (the outermost file's, else an included file's); none
+  // when no file named one.
+  const std::optional<ProfileChoice>& hardware_profile() const { return profile_; }
+  // Composes `profile` below every key of this config (for a profile no file named: the default `auto`, or the
+  // command line's), and records the choice.
+  void compose_profile_below(const Config& profile, ProfileChoice choice);
+  // Records who chose the composed profile (the command line, over a file's `hardware_profile:`).
+  void record_hardware_profile(ProfileChoice choice) { profile_ = std::move(choice); }
 
   // Applies "a.b.c=value" (value parsed as YAML: a scalar, a flow sequence or a flow map) over the tree, as
   // the topmost layer: a map value deep-merges into an existing map, anything else replaces. Setting a key
@@ -100,6 +128,7 @@ class Config {
   std::map<std::string, Origin> origins_;  // dotted key -> origin of that key (leaves and maps)
   std::string name_;
   std::vector<std::string> sources_;
+  std::optional<ProfileChoice> profile_;
 };
 
 }  // namespace bellows::config

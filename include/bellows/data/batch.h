@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace bellows::data {
 
@@ -17,6 +18,13 @@ struct Batch {
   const at::Tensor& at(const std::string& name) const;  // kData error naming the missing tensor
   // A copy on `device`; non_blocking copies from pinned memory overlap with compute on CUDA.
   Batch to(c10::Device device, bool non_blocking = false) const;
+  // Samples [start, start + count) of every tensor (views, no copy). kData error when a tensor's first dimension
+  // is not the batch's size (such a batch cannot be split into smaller ones).
+  Batch slice(std::int64_t start, std::int64_t count) const;
 };
+
+// The sizes of `parts` near-equal consecutive pieces of `size` samples (the first size % parts one larger);
+// fewer pieces when size < parts (no empty ones).
+std::vector<std::int64_t> split_sizes(std::int64_t size, std::int64_t parts);
 
 }  // namespace bellows::data

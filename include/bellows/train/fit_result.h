@@ -16,6 +16,8 @@ struct FitResult {
   double seconds = 0;
   double final_loss = 0;            // mean training loss over the last logging window
   std::optional<double> last_eval;  // the task's monitor metric at the last evaluation
+  std::int64_t oom_recoveries = 0;  // out-of-memory errors recovered from by halving the micro-batch (this fit)
+  std::int64_t micro_split = 1;     // each loaded batch ran as this many micro-batches at the end
   bool interrupted = false;
   std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
 };

@@ -77,6 +77,15 @@ struct TrainerOptions {
   // before the optimizer (not under fp16-mixed, whose loss scaler skips such steps by design) and every parameter
   // after it. A debugging mode: each check waits for the device, and anomaly mode slows backward.
   bool detect_anomaly = false;
+  // Out-of-memory recovery: an out-of-memory error in a micro-batch's copy, forward or backward halves the
+  // micro-batch (each loaded batch is split into 2, 4, ... parts) and so doubles the micro-batches per optimizer
+  // step, and runs the step again from its first sample: the gradients, buffers (BatchNorm statistics) and RNG
+  // states are put back as they were before the step, so the effective batch, the sample order and the result
+  // are those of a run planned with the smaller micro-batch (fp32, CPU: bitwise). Logged, counted and kept in
+  // checkpoints. A micro-batch of one sample that still fails, an error elsewhere in the step (the optimizer) and
+  // several ranks (which would have to agree) stop the run with the out-of-memory report (kResource). Costs a copy
+  // of the buffers and the RNG states per step (to put them back).
+  bool oom_recovery = true;
 };
 
 class Trainer {
@@ -119,6 +128,7 @@ class Trainer {
   // max_steps from its step, over `train` from the beginning; `train` may be null with `sessions`.
   std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource* train, bool strict = true);
 
+  std::int64_t micro_split() const { return micro_split_; }  // > 1 after out-of-memory recovery
   std::int64_t step() const { return step_; }  // optimizer steps taken, over all fit() calls and resumes
   double flops_per_sample() const { return flops_per_sample_; }  // of a training step (count_flops); 0 before counted
 
@@ -132,6 +142,11 @@ class Trainer {
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
   void lap(obs::PhaseClock& clock, obs::Phase phase);                     // clock.lap, remembering the phase
+  // After an error in a micro-batch of the loaded `batch`: when it is an out-of-memory error that a smaller
+  // micro-batch can avoid, puts back the state before the step (gradients, `buffers` from `saved_buffers`, the RNG
+  // states), halves the micro-batch and returns true; false otherwise (the caller rethrows).
+  bool recover_from_oom(const data::Batch& batch, const std::vector<at::Tensor>& buffers, const std::vector<at::Tensor>& saved_buffers,
+                        const StateDict& rng_before);
   // The window's first step with non-finite gradients and the first parameter whose gradient was not finite.
   std::string first_nonfinite_step(const Window& window) const;
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);
@@ -160,6 +175,9 @@ class Trainer {
   at::Tensor param_norms_;           // clip_gradients' per-parameter norms [grads_.size()], on the device
   std::vector<std::string> param_names_;  // optimizer_->parameters()'s names, in its order
   bool stop_on_nonfinite_ = false;   // on_nonfinite resolved for the precision
+  std::int64_t micro_split_ = 1;     // each loaded batch runs as this many micro-batches (out-of-memory recovery)
+  std::int64_t oom_recoveries_ = 0;  // of this trainer, over all fit() calls
+  std::string oom_note_;             // why the last out-of-memory error was not recovered from
   obs::Phase last_phase_ = obs::Phase::kOther;  // the last phase of a step that finished (out-of-memory reports)
   std::int64_t epoch_ = 0;           // current epoch
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)

@@ -323,6 +323,7 @@ TEST(Trainer, AnAllocationFailureInAStepIsAResourceErrorNamingTheStep) {
   auto m = make_mlp(9);
   TrainerOptions o = sgd_options();
   o.max_steps = 4;
+  o.oom_recovery = false;  // recovery: the tests below
   Trainer t(m, regression(), o);
   auto s = source(data, 16);
   // After step 2's record (the parameters copied first): 2 KB more tensor memory from here on, enough for step
@@ -356,6 +357,103 @@ TEST(Trainer, AnAllocationFailureInAStepIsAResourceErrorNamingTheStep) {
   ASSERT_FALSE(fail->after_step2.empty());
   const auto now = params_of(*m);
   for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(fail->after_step2[i])) << "parameter " << i;
+}
+
+// Out-of-memory recovery (TrainerOptions::oom_recovery). A one-layer MLP 4096 wide, so that a step's activations
+// are most of its memory; with dropout, so that the retried step must draw the masks the failed attempt drew.
+std::shared_ptr<MlpImpl> make_wide_mlp() {
+  torch::manual_seed(21);
+  models::MlpOptions o;
+  o.in_features = 8;
+  o.hidden = {4096};
+  o.out_features = 1;
+  o.dropout = 0.1;
+  return std::make_shared<MlpImpl>(o);
+}
+
+// A CPU tensor memory limit between what a step of 32 samples and one of 64 samples needs: every step of 64 fails
+// in its forward. The run recovers in its first step and ends with the weights, bitwise, of a run planned with
+// batches of 32 and twice the accumulation; the step count, samples and records are the same too.
+TEST(Trainer, OutOfMemoryHalvesTheMicroBatchAndEqualsARunPlannedWithIt) {
+  ASSERT_TRUE(obs::install_cpu_tracking());
+  const auto data = dataset(512);
+  TrainerOptions o = sgd_options();
+  o.max_steps = 5;
+  auto planned_model = make_wide_mlp();
+  TrainerOptions planned_options = o;
+  planned_options.accumulation_steps = 2;
+  Trainer planned(planned_model, regression(), planned_options);
+  auto planned_source = source(data, 32);
+  const FitResult planned_result = planned.fit(planned_source);
+  EXPECT_EQ(planned_result.oom_recoveries, 0);
+
+  auto m = make_wide_mlp();
+  Trainer t(m, regression(), o);
+  auto recorder = std::make_shared<Recorder>();
+  t.add_sink(recorder);
+  // The peak tensor memory of a step above what the trainer holds, at 64 and 32 samples.
+  auto probe = source(data, 64);
+  probe.start_epoch(0);
+  const data::Batch b64 = *probe.next();
+  const std::int64_t p64 = t.measure_step_memory(b64).value();
+  const std::int64_t p32 = t.measure_step_memory(b64.slice(0, 32)).value();
+  ASSERT_LT(p32, 0.6 * p64) << "activations should dominate a step's memory";
+  auto s = source(data, 64);
+  FitResult result;
+  {
+    obs::CpuTensorLimit limit(obs::memory_stats(c10::Device(c10::kCPU)).current_bytes + (p32 + p64) / 2);
+    result = t.fit(s);
+  }
+  EXPECT_EQ(result.oom_recoveries, 1);
+  EXPECT_EQ(result.micro_split, 2);
+  EXPECT_EQ(t.micro_split(), 2);
+  EXPECT_EQ(result.steps, planned_result.steps);
+  EXPECT_EQ(result.samples, planned_result.samples);
+  EXPECT_EQ(result.final_loss, planned_result.final_loss);
+  const auto got = params_of(*m), want = params_of(*planned_model);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
+  bool noted = false;
+  for (const auto& text : recorder->messages) {
+    noted = noted || (text.find("optimizer step 1 ran out of memory in its") != std::string::npos &&
+                      text.find("phase with micro-batches of 64 samples") != std::string::npos &&
+                      text.find("2 micro-batches of 32 samples (2 per optimizer step)") != std::string::npos);
+  }
+  EXPECT_TRUE(noted) << ::testing::PrintToString(recorder->messages);
+  // The split is trainer state: a resumed run goes on with it.
+  const StateDict state = t.state_dict();
+  EXPECT_EQ(get_int(state, "counters.micro_split"), 2);
+  Trainer resumed(make_wide_mlp(), regression(), o);
+  resumed.load_state_dict(state);
+  EXPECT_EQ(resumed.micro_split(), 2);
+}
+
+// A micro-batch of one sample that still does not fit stops the run as before (a resource error), saying so; the
+// weights are those before the step.
+TEST(Trainer, OutOfMemoryAtOneSampleStopsWithTheReport) {
+  ASSERT_TRUE(obs::install_cpu_tracking());
+  const auto data = dataset(64);
+  auto m = make_wide_mlp();
+  const auto before = params_of(*m);
+  TrainerOptions o = sgd_options();
+  o.max_steps = 2;
+  Trainer t(m, regression(), o);
+  auto s = source(data, 16);
+  try {
+    // 12 KB more: the batch (576 bytes) and the step's RNG snapshot fit, the first Linear's output for one sample
+    // (16 KB) does not.
+    obs::CpuTensorLimit limit(obs::memory_stats(c10::Device(c10::kCPU)).current_bytes + 12 * 1024);
+    t.fit(s);
+    ADD_FAILURE() << "no allocation failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResource) << e.message();
+    EXPECT_NE(e.message().find("optimizer step 1 ran out of memory"), std::string::npos) << e.message();
+    // 16 -> 8 -> 4 -> 2 -> 1
+    EXPECT_NE(e.message().find("a micro-batch of 1 sample ran out of memory after 4 out-of-memory recoveries"), std::string::npos)
+        << e.message();
+  }
+  EXPECT_EQ(t.micro_split(), 16);
+  const auto now = params_of(*m);
+  for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(before[i])) << "parameter " << i;
 }
 
 TEST(Trainer, FrozenParametersDoNotChange) {

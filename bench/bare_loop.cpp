@@ -24,6 +24,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
 #include "bellows/app/run.h"
 #include "bellows/app/schema.h"
@@ -115,7 +116,7 @@ int run(const Args& a) {
   built.module->train();
 
   // --- the batches, in order, collated before timing ---
-  const std::int64_t batch_size = config::get_int(c, "data.batch_size");
+  const std::int64_t batch_size = app::loaded_batch_size(c);
   const std::int64_t full_batches = splits.train->size() / batch_size;
   if (full_batches < 1) throw std::runtime_error("fewer training samples than one batch");
   const std::int64_t total = a.warmup + a.steps;

@@ -17,7 +17,8 @@ using config::Type;
 
 void add_loader_keys(config::Schema& s) {
   auto node = [](auto v) { return YAML::Node(v); };
-  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch)").min(1).default_value(node(32));
+  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch); auto: batches of train.global_batch_size / ranks, run as the "
+        "largest micro-batches that fit in memory (measured)").min(1).or_words({"auto"}).default_value(node(32));
   s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded); sampler auto follows it").default_value(node(true));
   s.add("data.sampler", Type::kString, "sample order (auto: shuffle or sequential, after data.shuffle)")
       .choices({"auto", "sequential", "shuffle", "weighted"}).default_value(node("auto"));
@@ -32,9 +33,34 @@ void add_loader_keys(config::Schema& s) {
   s.add("data.pad_value", Type::kDouble, "padding of variable-length samples").default_value(node(0.0));
 }
 
-data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p) {
+std::int64_t loaded_batch_size(const config::Config& c, int world_size) {
+  const std::int64_t global = config::get_int(c, "train.global_batch_size");
+  const std::int64_t accumulation = config::get_int(c, "train.accumulation_steps");
+  if (!config::is_word(c, "data.batch_size", "auto")) {
+    const std::int64_t batch = config::get_int(c, "data.batch_size");
+    BELLOWS_CHECK_CONFIG(global == 0 || global == batch * accumulation * world_size,
+                         fmt::format("train.global_batch_size is {} ({}), but data.batch_size {} x train.accumulation_steps {} x {} rank(s) "
+                                     "is {}", global, c.origin("train.global_batch_size").str(), batch, accumulation, world_size,
+                                     batch * accumulation * world_size),
+                         "make them agree, or set data.batch_size: auto to have the micro-batch found by measurement");
+    return batch;
+  }
+  BELLOWS_CHECK_CONFIG(global > 0,
+                       fmt::format("data.batch_size is auto ({}) but train.global_batch_size is not set", c.origin("data.batch_size").str()),
+                       "set train.global_batch_size to the effective batch to keep (samples per optimizer step, over all ranks)");
+  BELLOWS_CHECK_CONFIG(global % world_size == 0,
+                       fmt::format("train.global_batch_size {} does not divide among {} ranks", global, world_size),
+                       "make train.global_batch_size a multiple of the number of processes");
+  BELLOWS_CHECK_CONFIG(accumulation == 1,
+                       fmt::format("data.batch_size is auto, which sets the micro-batches per optimizer step, but train.accumulation_steps is {} ({})",
+                                   accumulation, c.origin("train.accumulation_steps").str()),
+                       "leave train.accumulation_steps at 1 with data.batch_size: auto, or set data.batch_size yourself");
+  return global / world_size;
+}
+
+data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p, int world_size) {
   data::LoaderOptions o;
-  o.batch_size = config::get_int(c, "data.batch_size");
+  o.batch_size = loaded_batch_size(c, world_size);
   o.drop_last = config::get_bool(c, "data.drop_last");
   o.workers = p.workers;
   o.prefetch = config::get_int(c, "data.prefetch");
@@ -83,9 +109,9 @@ Loaders make_loaders(const config::Config& c, plan::Plan& p, std::shared_ptr<dat
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
   if (p.workers_planned && l.splits.train->size() > 0) {
-    plan::refine_workers(p, hw::HardwareInfo::get(), measure_batch_fetch_ms(*l.splits.train, config::get_int(c, "data.batch_size")));
+    plan::refine_workers(p, hw::HardwareInfo::get(), measure_batch_fetch_ms(*l.splits.train, loaded_batch_size(c, world_size)));
   }
-  const data::LoaderOptions lo = loader_options(c, p);
+  const data::LoaderOptions lo = loader_options(c, p, world_size);
   // Data parallel: rank r takes positions r, r + W, ... of the epoch's order, so W ranks with batch B step on
   // the samples one process with batch W*B would (padded by wrap-around to equal shares, as DistributedSampler).
   data::SamplerOptions to = sampler_options(c, *l.splits.train);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 
+#include "bellows/app/data_setup.h"
 #include "bellows/app/run.h"
 #include "bellows/app/schema.h"
 #include "bellows/hw/hardware_info.h"
@@ -143,7 +144,7 @@ DoctorTrial run_trial(Context& ctx, const std::string& name, const std::vector<s
   std::vector<std::string> args = trial_settings(ctx.dir, ctx.next_index++);
   args.insert(args.end(), overrides.begin(), overrides.end());
   const config::Config c = resolve_loaded_config(ctx.base, args);  // a bad override is the caller's kConfig error
-  t.batch_size = config::get_int(c, "data.batch_size") * config::get_int(c, "train.accumulation_steps");
+  t.batch_size = loaded_batch_size(c) * config::get_int(c, "train.accumulation_steps");
   // The setup (data, model) runs before the clock of the trial's training starts: the training gets what is left.
   auto sink = std::make_shared<TrialSink>(seconds, 5, ctx.options.stop_flag);
   RunOptions ro;
@@ -336,9 +337,12 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
   if (full_precision && auto_plan.precision != base.precision && auto_plan.precision != "fp32") {
     experiments.push_back({"precision", "precision=" + auto_plan.precision, {"precision=" + auto_plan.precision}});
   }
-  const std::int64_t batch = config::get_int(base_config, "data.batch_size");
+  const bool batch_auto = config::is_word(base_config, "data.batch_size", "auto");  // the finder chooses the micro-batch
+  const std::int64_t batch = loaded_batch_size(base_config);
   const std::int64_t accumulation = config::get_int(base_config, "train.accumulation_steps");
-  if (accumulation >= 2 && accumulation % 2 == 0) {
+  if (batch_auto) {
+    // no batch-size trial: the run's micro-batch is measured by the finder, its effective batch set by the user
+  } else if (accumulation >= 2 && accumulation % 2 == 0) {
     experiments.push_back({"overhead", fmt::format("data.batch_size={} train.accumulation_steps={}", 2 * batch, accumulation / 2),
                            {fmt::format("data.batch_size={}", 2 * batch), fmt::format("train.accumulation_steps={}", accumulation / 2)}});
   } else {
@@ -369,6 +373,7 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
   const double setup_s = std::max(0.0, base.seconds - base.fit_seconds);
   std::map<std::string, DoctorTrial> done;
   std::map<std::string, std::string> skipped;  // id -> why not measured
+  if (batch_auto) skipped["overhead"] = "not measured: data.batch_size is auto (the finder measures the largest micro-batch that fits)";
   for (std::size_t i = 0; i < experiments.size(); ++i) {
     const Experiment& e = experiments[i];
     const double left = options.budget_s - since(start);

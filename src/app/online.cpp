@@ -137,6 +137,12 @@ void OnlineTrainer::construct(const config::Config& c) {
                     "and checkpoints no blocks (name them in checkpointing: to checkpoint some)");
   }
 
+  if (config::is_word(c, "data.batch_size", "auto")) {
+    notes.push_back(fmt::format("data.batch_size: auto measures steps on the first batch of a run; online training has no data at the start: "
+                                "each batch of train.global_batch_size ({}) runs whole (out-of-memory recovery still splits it)",
+                                config::get_int(c, "train.global_batch_size")));
+  }
+
   // --- the run directory, the trainer (sessions), its sinks ---
   run_dir_ = make_run_dir(c);
   train::TrainerOptions o = trainer_options(c, p.plan);

@@ -23,6 +23,7 @@
 #include "bellows/obs/jsonl_sink.h"
 #include "bellows/obs/tensorboard_sink.h"
 #include "bellows/obs/memory.h"
+#include "bellows/plan/batch_size.h"
 #include "bellows/plan/checkpointing.h"
 #include "bellows/plan/plan.h"
 #include "bellows/train/trainer.h"
@@ -38,8 +39,59 @@ namespace {
 
 // `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
 // the first batch reach it through the probe.
+// The first `samples` samples of the training data, as one batch.
+data::Batch first_samples(const data::Dataset& train, std::int64_t samples) {
+  samples = std::min(samples, train.size());
+  std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
+  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = i;
+  data::FetchContext context;
+  data::Batch batch = train.get_batch(first, context);
+  train.finish_on_device(batch);
+  return batch;
+}
+
+// `data.batch_size: auto` -- the finder decides (plan/batch_size.h) from measured steps on the first samples; the
+// loaded batch (train.global_batch_size / ranks) then runs as that many micro-batches. Rank 0's choice is every
+// rank's.
+plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, Trainer& trainer,
+                                 const data::Dataset& train, dist::Strategy& ranks) {
+  plan::MicroBatchRequest request;
+  request.loaded_batch = std::min(loaded_batch_size(c, ranks.world_size()), train.size());
+  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  const obs::MemoryStats mem = obs::memory_stats(p.device);
+  request.held_bytes = mem.tracked ? mem.current_bytes : 0;
+  if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
+  // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
+  std::int64_t param_bytes = 0;
+  for (const auto& t : trainer.optimizer().parameters()) param_bytes += t.numel() * t.element_size();
+  const std::string optimizer = config::get_string(c, "optim.type");
+  const int states = optimizer == "sgd" ? (config::get_double(c, "optim.momentum") > 0 ? 1 : 0) : 2;
+  const int copies = states + (config::get_bool(c, "ema.enabled") ? 1 : 0);
+  request.later_bytes = param_bytes * copies;
+  // On the CPU a checkpoint's host copy of the weights and that state is tensor memory too, while training goes on.
+  if (p.device.is_cpu() && config::get_bool(c, "checkpoint.enabled")) request.later_bytes += param_bytes * (1 + copies);
+  std::optional<data::Batch> batch;  // the loaded batch's samples, fetched once; trials take the first b
+  plan::MicroBatchProbe probe;
+  probe.measure_step = [&](std::int64_t samples) {
+    if (!batch) batch = first_samples(train, request.loaded_batch);
+    return trainer.measure_step_memory(batch->slice(0, std::min(samples, batch->size)));
+  };
+  probe.release = [&] { obs::release_cached_memory(p.device); };
+  plan::MicroBatchChoice choice;
+  std::string text;
+  if (ranks.is_main()) {
+    choice = plan::plan_micro_batch(request, hw, p, probe);
+    text = fmt::format("{}\n{}\n{}", choice.parts, choice.entry.value, choice.entry.reason);
+  }
+  text = broadcast_text(ranks, text);
+  const auto first = text.find('\n'), second = text.find('\n', first + 1);
+  trainer.set_micro_split(std::stoll(text.substr(0, first)));
+  return {"micro_batch", text.substr(first + 1, second - first - 1),
+          ranks.is_main() ? choice.entry.reason : "rank 0's: " + text.substr(second + 1)};
+}
+
 plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
-                                   Trainer& trainer, const data::Dataset& train) {
+                                   Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
   plan::CheckpointingRequest request;
   request.patterns = config::get_string_list(c, "checkpointing");
   request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
@@ -53,16 +105,9 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
   if (blocks != nullptr) probe.blocks = blocks->checkpoint_blocks();
   probe.apply = [&](const std::vector<std::string>& patterns) { return models::apply_checkpointing(model, patterns); };
   probe.checkpoint_all = [&] { blocks->set_checkpointed(blocks->checkpoint_blocks()); };
-  std::optional<data::Batch> batch;  // the first batch_size samples, fetched once
+  std::optional<data::Batch> batch;  // the first micro-batch's samples, fetched once
   probe.measure_step = [&]() -> std::optional<std::int64_t> {
-    if (!batch) {
-      const std::int64_t batch_size = std::min<std::int64_t>(config::get_int(c, "data.batch_size"), train.size());
-      std::vector<std::int64_t> first(static_cast<std::size_t>(batch_size));
-      for (std::int64_t i = 0; i < batch_size; ++i) first[static_cast<std::size_t>(i)] = i;
-      data::FetchContext context;
-      batch = train.get_batch(first, context);
-      train.finish_on_device(*batch);
-    }
+    if (!batch) batch = first_samples(train, micro_batch);
     return trainer.measure_step_memory(*batch);
   };
   return plan::plan_checkpointing(request, hw, p, probe);
@@ -221,10 +266,14 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   set_flop_options(c, hw, p, /*may_measure=*/ranks.world_size() == 1, trainer_opts, notes);
   trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
-  const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train);
+  std::optional<plan::PlanEntry> micro_batch;  // data.batch_size: auto
+  if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, p, trainer, *loaders.splits.train, ranks);
+  const std::int64_t micro_samples = (loaded_batch_size(c, ranks.world_size()) + trainer.micro_split() - 1) / trainer.micro_split();
+  const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train, micro_samples);
 
   // --- sinks: rank 0's (records are global: the trainer sums over ranks) ---
   plan::Plan recorded = p;  // the plan with the model-dependent rows
+  if (micro_batch) recorded.entries.push_back(*micro_batch);
   recorded.entries.push_back(checkpointing);
   if (ranks.is_main()) {
     write_file_atomically(dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
@@ -232,6 +281,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   }
   trainer.set_run_info(config::get_string(c, "name"), dir.string());
   auto header = header_rows(hw, p);
+  if (micro_batch) header.emplace_back(micro_batch->key, fmt::format("{:<11} {}", micro_batch->value, micro_batch->reason));
   header.emplace_back(checkpointing.key, fmt::format("{:<11} {}", checkpointing.value, checkpointing.reason));
   trainer.set_header(std::move(header));
   if (ranks.is_main()) {
@@ -270,6 +320,10 @@ RunResult run(const config::Config& c, const RunOptions& options) {
         throw Error(e.kind(), fmt::format("resuming from {}: {}", from->string(), e.message()), e.hint());
       }
       trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
+      if (micro_batch && micro_batch->value != fmt::format("{} x {}", micro_samples, trainer.micro_split())) {
+        trainer.message(fmt::format("note: each loaded batch runs as {} micro-batches, as in the checkpoint (the finder chose {})",
+                                    trainer.micro_split(), micro_batch->value));
+      }
     }
   }
 

@@ -73,6 +73,8 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("train.epochs", Type::kInt, "passes over the training data").min(1).default_value(node(1));
   s.add("train.max_steps", Type::kInt, "stop after this many optimizer steps (0: no limit)").min(0).default_value(node(0));
   s.add("train.accumulation_steps", Type::kInt, "micro-batches per optimizer step").min(1).default_value(node(1));
+  s.add("train.global_batch_size", Type::kInt, "samples per optimizer step over all ranks (0: data.batch_size x accumulation x ranks); "
+        "required by data.batch_size: auto, checked against them otherwise").min(0).default_value(node(0));
   s.add("train.clip_max_norm", Type::kDouble, "clip the global gradient L2 norm (0: off)").min(0).default_value(node(0.0));
   s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
   s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));

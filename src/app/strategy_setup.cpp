@@ -1,6 +1,8 @@
 // The run's strategy; see strategy_setup.h.
 #include "bellows/app/strategy_setup.h"
 
+#include "bellows/app/data_setup.h"
+
 #include "bellows/config/schema.h"
 
 #include <ATen/ATen.h>
@@ -44,7 +46,7 @@ StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& pr
   o.config_hash = ckpt::sha256_hex(c.to_yaml()).substr(0, 16);
   auto ddp = std::make_shared<dist::Ddp>(process, o);
   // data.batch_size is per process, as in PyTorch's DDP: an optimizer step sees world x batch x accumulation samples.
-  const std::int64_t batch = config::get_int(c, "data.batch_size");
+  const std::int64_t batch = loaded_batch_size(c, process.world_size);
   const std::int64_t k = config::get_int(c, "train.accumulation_steps");
   s.entry = {"strategy", "ddp",
              fmt::format("{}; global batch {} = {} ranks x {}{}; {}{}", ddp->describe(), process.world_size * batch * k, process.world_size, batch,

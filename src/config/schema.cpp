@@ -106,7 +106,12 @@ void check_limits(const KeySpec& spec, const YAML::Node& value, const std::strin
 // All problems of one value against its spec, without the origin.
 std::vector<std::string> value_problems(const KeySpec& spec, const YAML::Node& node) {
   std::vector<std::string> out;
+  if (!spec.words.empty() && node.IsDefined() && node.IsScalar() &&
+      std::find(spec.words.begin(), spec.words.end(), node.Scalar()) != spec.words.end()) {
+    return out;  // a word the number key also takes
+  }
   if (std::string problem = type_problem(spec.key, node, spec.type); !problem.empty()) {
+    if (!spec.words.empty()) problem += fmt::format(" (or one of: {})", fmt::join(spec.words, ", "));
     out.push_back(std::move(problem));
     return out;
   }
@@ -265,6 +270,11 @@ Schema::KeyBuilder& Schema::KeyBuilder::choices(std::vector<std::string> c) {
   return *this;
 }
 
+Schema::KeyBuilder& Schema::KeyBuilder::or_words(std::vector<std::string> w) {
+  spec_.words = std::move(w);
+  return *this;
+}
+
 Schema::KeyBuilder Schema::add(const std::string& key, Type type, const std::string& help) {
   BELLOWS_CHECK(!detail::split_key(key).empty(), fmt::format("schema key '{}' is not a dotted name", key), "");
   BELLOWS_CHECK(!keys_.count(key), fmt::format("schema key '{}' is declared twice", key), "");
@@ -312,6 +322,11 @@ bool get_bool(const Config& config, const std::string& key) {
 
 std::int64_t get_int(const Config& config, const std::string& key) {
   return *detail::as_int(typed_node(config, key, Type::kInt));
+}
+
+bool is_word(const Config& config, const std::string& key, const std::string& word) {
+  const YAML::Node node = config.node(key);
+  return node.IsDefined() && node.IsScalar() && node.Scalar() == word;
 }
 
 double get_double(const Config& config, const std::string& key) {

@@ -365,7 +365,10 @@ ModelEntry gnn_entry() {
   };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     const GnnOptions o = options_from(c, context);
-    return gnn_forward_flops(o, build_regional_graph(o.lat, o.lon, o.mesh), config::get_int(c, "data.batch_size"));
+    // The static embeddings are shared by a batch: counted per sample at the loaded batch (auto: the global batch).
+    const std::int64_t batch = config::is_word(c, "data.batch_size", "auto") ? config::get_int(c, "train.global_batch_size")
+                                                                             : config::get_int(c, "data.batch_size");
+    return gnn_forward_flops(o, build_regional_graph(o.lat, o.lon, o.mesh), batch);
   };
   e.forward_flops_basis = "the static mesh and edge embeddings run once per batch and count 1/data.batch_size per sample";
   e.build = [](const config::Config& c, const ModelContext& context) {

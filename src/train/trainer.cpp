@@ -416,8 +416,12 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     }
     if (proc.rss_bytes >= 0) held += fmt::format("; process memory (RSS) {:.1f} MB, peak {:.1f} MB", proc.rss_bytes / 1e6, proc.peak_rss_bytes / 1e6);
     if (!oom_note_.empty()) held += "; " + oom_note_;
+    // After an optimizer phase the step is done: what failed is what follows it (records, evaluation, a checkpoint).
+    const std::string where = last_phase_ == obs::Phase::kOptimizer
+                                  ? fmt::format("after optimizer step {} (in its records, an evaluation or a checkpoint's copies)", step_)
+                                  : fmt::format("optimizer step {} ran out of memory after its {} phase", step_ + 1, obs::phase_name(last_phase_));
     BELLOWS_FAIL(ErrorKind::kResource,
-                 fmt::format("optimizer step {} ran out of memory after its {} phase: {}{}", step_ + 1, obs::phase_name(last_phase_),
+                 fmt::format("{}: {}{}", last_phase_ == obs::Phase::kOptimizer ? "ran out of memory " + where : where,
                              r.message.empty() ? "out of memory" : r.message, held),
                  r.hint.empty() ? std::string(kOutOfMemoryHint) : r.hint);
   }
@@ -462,6 +466,11 @@ bool Trainer::recover_from_oom(const data::Batch& batch, const std::vector<at::T
                       step_ + 1, obs::phase_name(failed_in),
                       micro_batch, micro_split_, smaller, micro_split_ * options_.accumulation_steps));
   return true;
+}
+
+void Trainer::set_micro_split(std::int64_t parts) {
+  BELLOWS_CHECK_CONFIG(parts >= 1, fmt::format("micro-batches per loaded batch: {}, expected >= 1", parts), "pass 1 or more");
+  micro_split_ = parts;
 }
 
 void Trainer::lap(obs::PhaseClock& clock, obs::Phase phase) {
@@ -569,7 +578,8 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       std::int64_t step_samples = 0;
       bool retried = false;
       // One loaded batch as micro_split_ micro-batches. Each micro-batch loss is a batch mean: dividing by the
-      // micro-batch count makes k batches of b samples give the gradient of one batch of k*b samples.
+      // micro-batch count (each part weighted by its share of its batch) makes k batches of b samples give the
+      // gradient of one batch of k*b samples.
       const auto forward_backward = [&](const data::Batch& loaded_batch, bool last_of_step) {
         const std::vector<std::int64_t> parts = data::split_sizes(loaded_batch.size, micro_split_);
         std::int64_t start = 0;
@@ -594,7 +604,9 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
             std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
             if (options_.detect_anomaly) anomaly.emplace();
             try {
-              strategy.backward(precision_->scale_loss(out.loss / static_cast<double>(micro * micro_split_)));
+              // A part's loss weighs its share of the loaded batch: the mean over the batch, whatever the split.
+              const double parts_per_step = static_cast<double>(micro) * static_cast<double>(loaded_batch.size) / static_cast<double>(parts[j]);
+              strategy.backward(precision_->scale_loss(out.loss / parts_per_step));
             } catch (const c10::Error& e) {
               if (!options_.detect_anomaly || report_current_exception().out_of_memory) throw;
               BELLOWS_FAIL(ErrorKind::kData, fmt::format("non-finite values in the backward pass of optimizer step {}: {}", step_ + 1, e.what_without_backtrace()),

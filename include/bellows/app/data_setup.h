@@ -21,7 +21,14 @@ namespace bellows::app {
 // data.prefetch, data.use_prefetch, data.pin_memory, data.pad_value.
 void add_loader_keys(config::Schema& schema);
 
-data::LoaderOptions loader_options(const config::Config& config, const plan::Plan& plan);
+data::LoaderOptions loader_options(const config::Config& config, const plan::Plan& plan, int world_size = 1);
+
+// Samples per loaded batch on each of `world_size` ranks: data.batch_size, or with data.batch_size: auto,
+// train.global_batch_size / world_size (each loaded batch then runs as the micro-batches the finder chose:
+// app::plan_micro_batch). kConfig errors when train.global_batch_size disagrees with data.batch_size x
+// train.accumulation_steps x ranks, is missing or does not divide among the ranks under auto, or auto meets an
+// accumulation other than 1.
+std::int64_t loaded_batch_size(const config::Config& config, int world_size = 1);
 // The sampler for `dataset` (weights from its labels for data.weights: balanced).
 data::SamplerOptions sampler_options(const config::Config& config, const data::Dataset& dataset);
 

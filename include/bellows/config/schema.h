@@ -29,6 +29,7 @@ struct KeySpec {
   bool required = false;
   std::optional<double> min, max;    // inclusive bounds for numbers (and list elements)
   std::vector<std::string> choices;  // allowed values for strings (and string-list elements)
+  std::vector<std::string> words;    // numbers (kInt, kDouble): words accepted instead of a number ("auto")
 };
 
 class Schema {
@@ -43,6 +44,8 @@ class Schema {
     KeyBuilder& min(double v);
     KeyBuilder& max(double v);
     KeyBuilder& choices(std::vector<std::string> c);
+    // A number key that also takes these words (data.batch_size: auto); read them with is_word() first.
+    KeyBuilder& or_words(std::vector<std::string> w);
 
    private:
     friend class Schema;
@@ -80,5 +83,7 @@ std::string get_string(const Config& config, const std::string& key);
 std::vector<std::string> get_string_list(const Config& config, const std::string& key);
 std::vector<std::int64_t> get_int_list(const Config& config, const std::string& key);
 std::vector<double> get_double_list(const Config& config, const std::string& key);
+// Whether a key declared with or_words() holds `word` rather than a number.
+bool is_word(const Config& config, const std::string& key, const std::string& word);
 
 }  // namespace bellows::config

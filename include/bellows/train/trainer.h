@@ -128,7 +128,11 @@ class Trainer {
   // max_steps from its step, over `train` from the beginning; `train` may be null with `sessions`.
   std::vector<std::string> restore(const ckpt::Checkpoint& checkpoint, data::BatchSource* train, bool strict = true);
 
-  std::int64_t micro_split() const { return micro_split_; }  // > 1 after out-of-memory recovery
+  // Each loaded batch runs as this many micro-batches (near-equal parts; the loss of each weighted as its share of
+  // the batch): chosen before fit() by the batch-size finder (app/batch_size.h), doubled by out-of-memory
+  // recovery, kept in checkpoints. kConfig error below 1.
+  void set_micro_split(std::int64_t parts);
+  std::int64_t micro_split() const { return micro_split_; }
   std::int64_t step() const { return step_; }  // optimizer steps taken, over all fit() calls and resumes
   double flops_per_sample() const { return flops_per_sample_; }  // of a training step (count_flops); 0 before counted
 

@@ -456,6 +456,39 @@ TEST(Trainer, OutOfMemoryAtOneSampleStopsWithTheReport) {
   for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(before[i])) << "parameter " << i;
 }
 
+// The batch-size finder's mechanism (Trainer::set_micro_split): each loaded batch runs as near-equal parts, each
+// part's loss weighted by its share of the batch. Even parts equal accumulation over the same samples, bitwise;
+// uneven parts (62 = 16 + 16 + 15 + 15) still give the gradient of the whole batch.
+TEST(Trainer, AMicroSplitIsAccumulationOverTheSameSamples) {
+  const auto data = dataset(128);
+  TrainerOptions o = sgd_options();
+  o.max_steps = 2;
+  auto split_model = make_mlp(12), planned_model = make_mlp(12);
+  Trainer split(split_model, regression(), o);
+  split.set_micro_split(4);
+  auto loaded = source(data, 64);
+  split.fit(loaded);
+  TrainerOptions po = o;
+  po.accumulation_steps = 4;
+  Trainer planned(planned_model, regression(), po);
+  auto small = source(data, 16);
+  planned.fit(small);
+  const auto a = params_of(*split_model), b = params_of(*planned_model);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+  EXPECT_THROW(split.set_micro_split(0), Error);
+
+  const auto odd = dataset(62);
+  TrainerOptions one = sgd_options();
+  one.max_steps = 1;
+  auto uneven_model = make_mlp(13), whole_model = make_mlp(13);
+  Trainer uneven(uneven_model, regression(), one), whole(whole_model, regression(), one);
+  uneven.set_micro_split(4);
+  auto s1 = source(odd, 62), s2 = source(odd, 62);
+  uneven.fit(s1);
+  whole.fit(s2);
+  EXPECT_LT(max_rel_diff(params_of(*uneven_model), params_of(*whole_model)), 1e-5);
+}
+
 TEST(Trainer, FrozenParametersDoNotChange) {
   const auto data = dataset(64);
   auto m = make_mlp(7);

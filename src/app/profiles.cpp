@@ -17,14 +17,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-const hw::GpuInfo* first_usable_gpu(const hw::HardwareInfo& hw) {
-  if (!hw.cuda.usable) return nullptr;
-  for (const auto& gpu : hw.cuda.gpus) {
-    if (gpu.arch_supported) return &gpu;
-  }
-  return nullptr;
-}
-
 std::string closest_hint(const std::string& value) {
   return fmt::format("use auto, none, one of: {}; or a path to a profile file (containing '/' or ending in .yaml)",
                      fmt::join(profile_names(), ", "));
@@ -59,7 +51,7 @@ std::vector<std::string> profile_names() {
 }
 
 ProfileSelection auto_profile(const hw::HardwareInfo& hw) {
-  const hw::GpuInfo* gpu = first_usable_gpu(hw);
+  const hw::GpuInfo* gpu = hw::first_supported_gpu(hw.cuda);
   if (gpu == nullptr) {
     const std::string why = !hw.cuda.reason.empty() ? hw.cuda.reason
                             : hw.cuda.usable      ? "LibTorch has no kernels for the GPUs here"

@@ -37,8 +37,6 @@ using train::TrainerOptions;
 
 namespace {
 
-// `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
-// the first batch reach it through the probe.
 // The first `samples` samples of the training data, as one batch.
 data::Batch first_samples(const data::Dataset& train, std::int64_t samples) {
   samples = std::min(samples, train.size());
@@ -90,6 +88,8 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
           ranks.is_main() ? choice.entry.reason : "rank 0's: " + text.substr(second + 1)};
 }
 
+// `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
+// the first micro-batch reach it through the probe.
 plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
                                    Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
   plan::CheckpointingRequest request;
@@ -268,7 +268,8 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   Trainer trainer(built.module, built.task, trainer_opts);
   std::optional<plan::PlanEntry> micro_batch;  // data.batch_size: auto
   if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, p, trainer, *loaders.splits.train, ranks);
-  const std::int64_t micro_samples = (loaded_batch_size(c, ranks.world_size()) + trainer.micro_split() - 1) / trainer.micro_split();
+  const std::int64_t planned_split = trainer.micro_split();
+  const std::int64_t micro_samples = (loaded_batch_size(c, ranks.world_size()) + planned_split - 1) / planned_split;
   const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, p, *built.module, trainer, *loaders.splits.train, micro_samples);
 
   // --- sinks: rank 0's (records are global: the trainer sums over ranks) ---
@@ -320,7 +321,7 @@ RunResult run(const config::Config& c, const RunOptions& options) {
         throw Error(e.kind(), fmt::format("resuming from {}: {}", from->string(), e.message()), e.hint());
       }
       trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from->string(), cp.step, cp.epoch));
-      if (micro_batch && micro_batch->value != fmt::format("{} x {}", micro_samples, trainer.micro_split())) {
+      if (micro_batch && trainer.micro_split() != planned_split) {
         trainer.message(fmt::format("note: each loaded batch runs as {} micro-batches, as in the checkpoint (the finder chose {})",
                                     trainer.micro_split(), micro_batch->value));
       }

@@ -174,23 +174,31 @@ config::Schema run_schema(const std::string& model_name) {
   return s;
 }
 
-config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
-  std::vector<std::string> rest = args;
-  const std::optional<std::string> profile = take_profile_argument(rest);
+namespace {
+
+// `load` composes the config with the hardware profile it names (the command line's, if given, instead); a config
+// that names none gets `auto`'s (or the command line's) below all of its keys; then the other arguments apply.
+config::Config resolve_with_profile(const std::function<config::Config(const config::ProfileResolver&)>& load,
+                                    std::vector<std::string> args) {
+  const std::optional<std::string> profile = take_profile_argument(args);
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  config::Config c = file ? config::Config::load(*file, profile_resolver(hw, profile))
-                          : config::Config::parse(kDemoConfig, "<embedded demo>", profile_resolver(hw, profile));
+  config::Config c = load(profile_resolver(hw, profile));
   compose_default_profile(c, hw, profile);
-  return resolve_loaded_config(std::move(c), rest);
+  return resolve_loaded_config(std::move(c), args);
+}
+
+}  // namespace
+
+config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
+  return resolve_with_profile(
+      [&](const config::ProfileResolver& profiles) {
+        return file ? config::Config::load(*file, profiles) : config::Config::parse(kDemoConfig, "<embedded demo>", profiles);
+      },
+      args);
 }
 
 config::Config resolve_config_text(const std::string& yaml, const std::string& name, const std::vector<std::string>& args) {
-  std::vector<std::string> rest = args;
-  const std::optional<std::string> profile = take_profile_argument(rest);
-  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  config::Config c = config::Config::parse(yaml, name, profile_resolver(hw, profile));
-  compose_default_profile(c, hw, profile);
-  return resolve_loaded_config(std::move(c), rest);
+  return resolve_with_profile([&](const config::ProfileResolver& profiles) { return config::Config::parse(yaml, name, profiles); }, args);
 }
 
 config::Config resolve_loaded_config(config::Config c, const std::vector<std::string>& args) {

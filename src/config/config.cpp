@@ -259,12 +259,8 @@ void Config::merge(const Config& over) {
 
 void Config::compose_profile_below(const Config& profile, ProfileChoice choice) {
   Config composed = profile;
-  composed.merge(*this);
+  composed.merge(*this);  // this config's keys over the profile's; its sources after the profile's
   composed.name_ = name_;
-  composed.sources_ = profile.sources_;
-  for (const auto& source : sources_) {
-    if (std::find(composed.sources_.begin(), composed.sources_.end(), source) == composed.sources_.end()) composed.sources_.push_back(source);
-  }
   composed.profile_ = std::move(choice);
   *this = std::move(composed);
 }

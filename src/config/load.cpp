@@ -138,8 +138,8 @@ Composed compose(const YAML::Node& doc, const std::string& display, const fs::pa
         if (profiles) {
           if (std::optional<fs::path> found = profiles(named, site.origin)) file = *found;
         }
+        result.profile = ProfileChoice{named, site.origin, file};
       }
-      if (is_profile) result.profile = ProfileChoice{named, site.origin, file};
       if (file.empty()) break;  // hardware_profile: none
       Composed included = load_file(file, &site, chain, profiles);
       if (!is_profile && included.profile) result.profile = included.profile;  // an experiment's profile, unless this file names one

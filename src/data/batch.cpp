@@ -28,18 +28,22 @@ Batch Batch::to(c10::Device device, bool non_blocking) const {
   return out;
 }
 
+std::string Batch::unsplittable() const {
+  for (const auto& [name, t] : tensors) {
+    if (t.dim() == 0 || t.size(0) != size) return fmt::format("its tensor '{}' has shape {}, not the {} samples first", name, shape_of(t), size);
+  }
+  return "";
+}
+
 Batch Batch::slice(std::int64_t start, std::int64_t count) const {
   BELLOWS_CHECK(start >= 0 && count >= 0 && start + count <= size,
                 fmt::format("samples {}..{} of a batch of {}", start, start + count, size), "report this bug");
+  const std::string why = unsplittable();
+  BELLOWS_CHECK_DATA(why.empty(), "the batch cannot be split into smaller batches: " + why,
+                     "every tensor of a batch needs the samples as its first dimension");
   Batch out;
   out.size = count;
-  for (const auto& [name, t] : tensors) {
-    BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) == size,
-                       fmt::format("batch tensor '{}' has shape {} but the batch has {} samples: it cannot be split into "
-                                   "smaller batches", name, shape_of(t), size),
-                       "every tensor of a batch needs the samples as its first dimension");
-    out.tensors.emplace(name, t.narrow(0, start, count));
-  }
+  for (const auto& [name, t] : tensors) out.tensors.emplace(name, t.narrow(0, start, count));
   return out;
 }
 

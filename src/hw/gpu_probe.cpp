@@ -38,4 +38,12 @@ std::unique_ptr<GpuProbe> make_no_gpu_probe() { return std::make_unique<NoGpuPro
 std::unique_ptr<GpuProbe> make_gpu_probe() { return make_no_gpu_probe(); }
 #endif
 
+const GpuInfo* first_supported_gpu(const CudaInfo& cuda) {
+  if (!cuda.usable) return nullptr;
+  for (const auto& gpu : cuda.gpus) {
+    if (gpu.arch_supported) return &gpu;
+  }
+  return nullptr;
+}
+
 }  // namespace bellows::hw

@@ -22,14 +22,6 @@ int usable_cores(const CpuInfo& cpu) {
   return std::max(1, static_cast<int>(cores));
 }
 
-const GpuInfo* first_supported_gpu(const CudaInfo& cuda) {
-  if (!cuda.usable) return nullptr;
-  for (const auto& gpu : cuda.gpus) {
-    if (gpu.arch_supported) return &gpu;
-  }
-  return nullptr;
-}
-
 std::string gpu_label(const GpuInfo& gpu) {
   return fmt::format("GPU {} ({}, compute capability {}.{})", gpu.index, gpu.name, gpu.cc_major, gpu.cc_minor);
 }

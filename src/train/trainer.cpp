@@ -21,7 +21,6 @@
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
-#include "bellows/util/format.h"          // defines: shape_of
 #include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
 #include "bellows/util/timer.h"           // defines: seconds_since
 
@@ -153,6 +152,36 @@ struct Trainer::Window {
     skipped_before = skipped;
     start_s = t;
   }
+};
+
+// What a training step changes besides the weights, gradients and optimizer: the buffers (BatchNorm statistics,
+// counters) and the RNG states (dropout draws). measure_step_memory puts them back after its probe step, out-of-memory
+// recovery before it runs a step again. The copies of the buffers are made at the first save() and refilled after.
+struct Trainer::StepUndo {
+  explicit StepUndo(torch::nn::Module& model) {
+    for (auto& b : model.buffers()) {
+      if (b.defined() && b.numel() > 0) live.push_back(b);
+    }
+  }
+  void save() {
+    rng = rng_state();
+    torch::NoGradGuard no_grad;
+    if (saved.empty()) {
+      for (const auto& b : live) saved.push_back(b.clone());
+    } else if (!live.empty()) {
+      at::_foreach_copy_(saved, live);
+    }
+  }
+  void restore() const {
+    {
+      torch::NoGradGuard no_grad;
+      if (!live.empty()) at::_foreach_copy_(live, saved);
+    }
+    load_rng_state(rng);
+  }
+
+  std::vector<at::Tensor> live, saved;
+  StateDict rng;
 };
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task> task, TrainerOptions options)
@@ -417,26 +446,21 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     if (proc.rss_bytes >= 0) held += fmt::format("; process memory (RSS) {:.1f} MB, peak {:.1f} MB", proc.rss_bytes / 1e6, proc.peak_rss_bytes / 1e6);
     if (!oom_note_.empty()) held += "; " + oom_note_;
     // After an optimizer phase the step is done: what failed is what follows it (records, evaluation, a checkpoint).
-    const std::string where = last_phase_ == obs::Phase::kOptimizer
-                                  ? fmt::format("after optimizer step {} (in its records, an evaluation or a checkpoint's copies)", step_)
-                                  : fmt::format("optimizer step {} ran out of memory after its {} phase", step_ + 1, obs::phase_name(last_phase_));
-    BELLOWS_FAIL(ErrorKind::kResource,
-                 fmt::format("{}: {}{}", last_phase_ == obs::Phase::kOptimizer ? "ran out of memory " + where : where,
-                             r.message.empty() ? "out of memory" : r.message, held),
+    const std::string what =
+        last_phase_ == obs::Phase::kOptimizer
+            ? fmt::format("ran out of memory after optimizer step {} (in its records, an evaluation or a checkpoint's copies)", step_)
+            : fmt::format("optimizer step {} ran out of memory after its {} phase", step_ + 1, obs::phase_name(last_phase_));
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: {}{}", what, r.message.empty() ? "out of memory" : r.message, held),
                  r.hint.empty() ? std::string(kOutOfMemoryHint) : r.hint);
   }
 }
 
-bool Trainer::recover_from_oom(const data::Batch& batch, const std::vector<at::Tensor>& buffers, const std::vector<at::Tensor>& saved_buffers,
-                               const StateDict& rng_before) {
+bool Trainer::recover_from_oom(const data::Batch& batch, const StepUndo& undo) {
   if (!report_current_exception().out_of_memory) return false;
   const std::int64_t batch_size = batch.size;
-  for (const auto& [name, t] : batch.tensors) {
-    if (t.dim() == 0 || t.size(0) != batch_size) {
-      oom_note_ = fmt::format("out-of-memory recovery cannot split the batch: its tensor '{}' has shape {}, not the {} samples first",
-                              name, shape_of(t), batch_size);
-      return false;
-    }
+  if (const std::string why = batch.unsplittable(); !why.empty()) {
+    oom_note_ = "out-of-memory recovery cannot split the batch: " + why;
+    return false;
   }
   const std::int64_t micro_batch = (batch_size + micro_split_ - 1) / micro_split_;  // the largest part that failed
   if (micro_batch <= 1) {
@@ -447,11 +471,7 @@ bool Trainer::recover_from_oom(const data::Batch& batch, const std::vector<at::T
   // Everything the step's micro-batches changed goes back to how it was before the step: gradients, buffers,
   // RNG states. What the failed attempt held was released with the exception; the cached blocks go too.
   optimizer_->zero_grad();
-  {
-    torch::NoGradGuard no_grad;
-    if (!buffers.empty()) at::_foreach_copy_(const_cast<std::vector<at::Tensor>&>(buffers), saved_buffers);
-  }
-  load_rng_state(rng_before);
+  undo.restore();
   obs::release_cached_memory(options_.device);
   micro_split_ *= 2;
   ++oom_recoveries_;
@@ -530,17 +550,10 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   model_->train();
   bool done = step_ >= planned;
   // Out-of-memory recovery (TrainerOptions::oom_recovery): one process only, since every rank would have to
-  // retry alike. The buffers (BatchNorm statistics, counters) are copied before each step, into tensors made once.
+  // retry alike. The buffers and RNG states are saved before each step.
   const bool recover = options_.oom_recovery && world == 1;
-  std::vector<at::Tensor> buffers, saved_buffers;
-  if (recover) {
-    torch::NoGradGuard no_grad;
-    for (auto& b : model_->buffers()) {
-      if (!b.defined() || b.numel() == 0) continue;
-      buffers.push_back(b);
-      saved_buffers.push_back(b.clone());
-    }
-  }
+  std::optional<StepUndo> undo;
+  if (recover) undo.emplace(*model_);
   const std::int64_t recoveries_at_start = oom_recoveries_;
   oom_note_.clear();
   if (options_.oom_recovery && !recover) oom_note_ = "out-of-memory recovery is off with several processes (every rank would have to retry alike)";
@@ -563,14 +576,9 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       // Out-of-memory recovery runs the step again from its first sample: it keeps the step's loaded batches, and
       // the buffers and RNG states from before it, to put back.
       std::vector<data::Batch> loaded;
-      StateDict rng_before;
       if (recover) {
         loaded.reserve(static_cast<std::size_t>(micro));
-        rng_before = rng_state();
-        if (!buffers.empty()) {
-          torch::NoGradGuard no_grad;
-          at::_foreach_copy_(saved_buffers, buffers);
-        }
+        undo->save();
       }
       // The step's meters, added to the window once all its micro-batches ran (a retry starts them again).
       std::vector<StepOutput> outs;
@@ -636,7 +644,7 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
             forward_backward(recover ? loaded[static_cast<std::size_t>(ran)] : *batch, ran + 1 == micro);
             ++ran;
           } catch (...) {
-            if (!recover || !recover_from_oom(loaded[static_cast<std::size_t>(ran)], buffers, saved_buffers, rng_before)) throw;
+            if (!recover || !recover_from_oom(loaded[static_cast<std::size_t>(ran)], *undo)) throw;
             ran = 0;
             outs.clear();
             units.clear();
@@ -775,14 +783,10 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
 
 std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batch) {
   if (!obs::memory_stats(options_.device).tracked) return std::nullopt;
-  // Everything the probe changes is put back: RNG states (dropout draws), buffers (BatchNorm statistics)
-  // and gradients; the optimizer does not step.
-  const StateDict rng = rng_state();
-  std::vector<std::pair<at::Tensor, at::Tensor>> buffers;
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& b : model_->buffers()) buffers.emplace_back(b, b.clone());
-  }
+  // Everything the probe changes is put back, also when it fails (an out-of-memory trial of the batch-size finder):
+  // RNG states (dropout draws), buffers (BatchNorm statistics) and gradients; the optimizer does not step.
+  StepUndo undo(*model_);
+  undo.save();
   const bool was_training = model_->is_training();
   model_->train();
   std::int64_t peak = 0;
@@ -802,15 +806,12 @@ std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batc
     peak = obs::memory_stats(options_.device).peak_bytes - base;
   } catch (...) {
     optimizer_->zero_grad();
-    load_rng_state(rng);
+    undo.restore();
+    model_->train(was_training);
     throw;
   }
   optimizer_->zero_grad();
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [b, saved] : buffers) b.copy_(saved);
-  }
-  load_rng_state(rng);
+  undo.restore();
   model_->train(was_training);
   obs::reset_peak(options_.device);
   return peak;

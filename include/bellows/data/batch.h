@@ -18,8 +18,10 @@ struct Batch {
   const at::Tensor& at(const std::string& name) const;  // kData error naming the missing tensor
   // A copy on `device`; non_blocking copies from pinned memory overlap with compute on CUDA.
   Batch to(c10::Device device, bool non_blocking = false) const;
-  // Samples [start, start + count) of every tensor (views, no copy). kData error when a tensor's first dimension
-  // is not the batch's size (such a batch cannot be split into smaller ones).
+  // Why the batch cannot be split into smaller ones ("" when it can): a tensor whose first dimension is not the
+  // batch's size.
+  std::string unsplittable() const;
+  // Samples [start, start + count) of every tensor (views, no copy). kData error when unsplittable().
   Batch slice(std::int64_t start, std::int64_t count) const;
 };
 

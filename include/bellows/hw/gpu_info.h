@@ -37,4 +37,8 @@ struct CudaInfo {
   std::vector<GpuInfo> gpus;
 };
 
+// The first device LibTorch has kernels for, when CUDA is usable; null otherwise. The GPU the recommendations
+// and the hardware profiles speak of.
+const GpuInfo* first_supported_gpu(const CudaInfo& cuda);
+
 }  // namespace bellows::hw

@@ -141,16 +141,16 @@ class Trainer {
   void message(const std::string& text);
 
  private:
-  struct Window;  // meters over one logging window
+  struct Window;    // meters over one logging window
+  struct StepUndo;  // the buffers and RNG states of before a step, to put back
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
   void lap(obs::PhaseClock& clock, obs::Phase phase);                     // clock.lap, remembering the phase
   // After an error in a micro-batch of the loaded `batch`: when it is an out-of-memory error that a smaller
-  // micro-batch can avoid, puts back the state before the step (gradients, `buffers` from `saved_buffers`, the RNG
-  // states), halves the micro-batch and returns true; false otherwise (the caller rethrows).
-  bool recover_from_oom(const data::Batch& batch, const std::vector<at::Tensor>& buffers, const std::vector<at::Tensor>& saved_buffers,
-                        const StateDict& rng_before);
+  // micro-batch can avoid, puts back the state before the step (gradients, and `undo`'s buffers and RNG states),
+  // halves the micro-batch and returns true; false otherwise (the caller rethrows).
+  bool recover_from_oom(const data::Batch& batch, const StepUndo& undo);
   // The window's first step with non-finite gradients and the first parameter whose gradient was not finite.
   std::string first_nonfinite_step(const Window& window) const;
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);

@@ -28,6 +28,8 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 # Subword tokenization of text data (data/tokenizer): Debian's libsentencepiece (and its trainer), private to bellows.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+# Charts of `bellows bench --matrix` (obs/bar_chart): cairo draws one picture onto an SVG and a PNG surface.
+pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
 
 # LibTorch ships its own {fmt} (12.x), and its public c10 headers include <fmt/...>, so that copy wins the
 # include search over Debian's. We use it header-only rather than mixing two fmt versions in one program.

@@ -9,7 +9,7 @@ BELLOWS_CUDA_MAJOR=13
 BELLOWS_PY_EXTRAS=(numpy==2.4.6 jsonschema==4.26.0 safetensors==0.8.0 tensorboard==2.21.0)   # golden generators, schema checks, event-file round trip
 BELLOWS_APT_PACKAGES=(cmake ninja-build g++ gfortran ccache pkg-config python3-venv
   libyaml-cpp-dev libcli11-dev libgloo-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libnetcdf-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libssl-dev libsentencepiece-dev
+  libnetcdf-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libssl-dev libsentencepiece-dev libcairo2-dev
   clang-16 libclang-rt-16-dev)   # Clang 16 and its compiler-rt (libFuzzer): scripts/dev.sh fuzz (Clang 14 lacks std::source_location)
 
 export BELLOWS_CACHE="${BELLOWS_CACHE:-$HOME/.cache/bellows}"

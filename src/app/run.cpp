@@ -224,6 +224,10 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   request.cores_per_process = process.cpus_per_process;
   plan::Plan p = plan::resolve(request, hw);  // make_loaders revises the workers once it has the data
   p.entries.insert(p.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
+  for (std::size_t i = 0; i < c.plan_notes().size(); ++i) {  // a tuned plan's settings, after the profile's row
+    const auto& n = c.plan_notes()[i];
+    p.entries.insert(p.entries.begin() + static_cast<std::ptrdiff_t>(1 + i), {n.key, n.value, n.reason});
+  }
   plan::apply(p);
   // --- the job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s) ---
   StrategySetup strategy = make_strategy(c, process, p);

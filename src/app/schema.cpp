@@ -3,6 +3,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/profiles.h"
+#include "bellows/app/tune.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/data/build.h"
 #include "bellows/models/registry.h"
@@ -87,8 +88,10 @@ config::Schema run_schema(const std::string& model_name) {
       .default_value(node("auto"));
   s.add("train.detect_anomaly", Type::kBool, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
         "waits for the device; slower backward)").default_value(node(false));
-  s.add("train.oom_recovery", Type::kBool, "an out-of-memory error in a step halves the micro-batch, doubles the micro-batches per "
-        "optimizer step and runs the step again (same samples, same effective batch); false: stop with exit 4").default_value(node(true));
+  s.add("train.oom_recovery", Type::kString, "an out-of-memory error in a step halves the micro-batch, doubles the micro-batches per "
+        "optimizer step and runs the step again (same samples, same effective batch); auto: with one process (with several every "
+        "step waits for the ranks to agree: 20% slower measured on the demo), true: also with several, false: stop with exit 4")
+      .choices({"auto", "true", "false"}).default_value(node("auto"));
   s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
   // optimizer
   s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));
@@ -149,6 +152,9 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("checkpointing", Type::kStringList,
         "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
       .default_value(YAML::Load("[]"));
+  s.add("plan.allow", Type::kStringList,
+        "what `bellows plan` may change that changes the numerics: precision, batch_size (micro-batch x accumulation at the "
+        "same samples per step)").default_value(YAML::Load("[]"));
   s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
       .min(0).default_value(node(0.0));
   s.add("log.tensorboard", Type::kBool, "write TensorBoard event files (events.out.tfevents.*) into the run directory")
@@ -181,9 +187,11 @@ namespace {
 config::Config resolve_with_profile(const std::function<config::Config(const config::ProfileResolver&)>& load,
                                     std::vector<std::string> args) {
   const std::optional<std::string> profile = take_profile_argument(args);
+  const std::optional<std::string> tuned = take_plan_argument(args);
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   config::Config c = load(profile_resolver(hw, profile));
   compose_default_profile(c, hw, profile);
+  if (tuned) return apply_tuned_plan(std::move(c), args, *tuned);  // the plan's settings below the command line's
   return resolve_loaded_config(std::move(c), args);
 }
 

@@ -27,7 +27,9 @@ train::TrainerOptions trainer_options(const config::Config& c, const plan::Plan&
   o.eval_every_n_steps = config::get_int(c, "train.eval_every_n_steps");
   o.freeze = config::get_string_list(c, "train.freeze");
   o.detect_anomaly = config::get_bool(c, "train.detect_anomaly");
-  o.oom_recovery = config::get_bool(c, "train.oom_recovery");
+  const std::string oom_recovery = config::get_string(c, "train.oom_recovery");
+  o.oom_recovery = oom_recovery != "false";
+  o.oom_recovery_with_ranks = oom_recovery == "true";
   o.on_nonfinite = config::get_string(c, "train.on_nonfinite");
   auto& opt = o.optimizer;
   opt.type = config::get_string(c, "optim.type");

@@ -250,6 +250,7 @@ ResNetOptions resnet_options_from_keys(const config::Config& c) {
 ModelEntry resnet_entry() {
   ModelEntry e;
   e.name = "resnet";
+  e.convolutional = true;
   e.help = "ResNet-18/34 image classifier, torchvision-compatible names (W4); task: classification";
   e.add_keys = [](config::Schema& s) {
     using config::Type;

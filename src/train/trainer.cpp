@@ -457,17 +457,28 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
 
 bool Trainer::recover_from_oom(const data::Batch& batch, const StepUndo& undo) {
   if (!report_current_exception().out_of_memory) return false;
-  const std::int64_t batch_size = batch.size;
-  if (const std::string why = batch.unsplittable(); !why.empty()) {
-    oom_note_ = "out-of-memory recovery cannot split the batch: " + why;
+  if (const std::string why = oom_split_problem(batch); !why.empty()) {
+    oom_note_ = why;
     return false;
   }
-  const std::int64_t micro_batch = (batch_size + micro_split_ - 1) / micro_split_;  // the largest part that failed
-  if (micro_batch <= 1) {
-    oom_note_ = oom_recoveries_ > 0 ? fmt::format("a micro-batch of 1 sample ran out of memory after {} out-of-memory recoveries", oom_recoveries_)
-                                    : "a micro-batch of 1 sample ran out of memory";
-    return false;
-  }
+  // last_phase_ is the last phase that ended: the failure was in the one after it.
+  const obs::Phase failed_in = last_phase_ == obs::Phase::kCopy      ? obs::Phase::kForward
+                               : last_phase_ == obs::Phase::kForward ? obs::Phase::kBackward
+                                                                     : obs::Phase::kCopy;
+  split_after_oom(batch.size, undo, fmt::format("in its {} phase", obs::phase_name(failed_in)));
+  return true;
+}
+
+std::string Trainer::oom_split_problem(const data::Batch& batch) const {
+  if (const std::string why = batch.unsplittable(); !why.empty()) return "out-of-memory recovery cannot split the batch: " + why;
+  const std::int64_t micro_batch = (batch.size + micro_split_ - 1) / micro_split_;  // the largest part that failed
+  if (micro_batch > 1) return "";
+  return oom_recoveries_ > 0 ? fmt::format("a micro-batch of 1 sample ran out of memory after {} out-of-memory recoveries", oom_recoveries_)
+                             : "a micro-batch of 1 sample ran out of memory";
+}
+
+void Trainer::split_after_oom(std::int64_t batch_size, const StepUndo& undo, const std::string& failed_in) {
+  const std::int64_t micro_batch = (batch_size + micro_split_ - 1) / micro_split_;
   // Everything the step's micro-batches changed goes back to how it was before the step: gradients, buffers,
   // RNG states. What the failed attempt held was released with the exception; the cached blocks go too.
   optimizer_->zero_grad();
@@ -476,16 +487,10 @@ bool Trainer::recover_from_oom(const data::Batch& batch, const StepUndo& undo) {
   micro_split_ *= 2;
   ++oom_recoveries_;
   const std::int64_t smaller = (batch_size + micro_split_ - 1) / micro_split_;
-  // last_phase_ is the last phase that ended: the failure was in the one after it.
-  const obs::Phase failed_in = last_phase_ == obs::Phase::kCopy      ? obs::Phase::kForward
-                               : last_phase_ == obs::Phase::kForward ? obs::Phase::kBackward
-                                                                     : obs::Phase::kCopy;
-  message(fmt::format("optimizer step {} ran out of memory in its {} phase with micro-batches of {} samples: each loaded batch now runs "
+  message(fmt::format("optimizer step {} ran out of memory {} with micro-batches of {} samples: each loaded batch now runs "
                       "as {} micro-batches of {} samples ({} per optimizer step), and the step runs again from its first sample "
                       "(gradients, buffers and RNG states as before it; the effective batch and the sample order stay)",
-                      step_ + 1, obs::phase_name(failed_in),
-                      micro_batch, micro_split_, smaller, micro_split_ * options_.accumulation_steps));
-  return true;
+                      step_ + 1, failed_in, micro_batch, micro_split_, smaller, micro_split_ * options_.accumulation_steps));
 }
 
 void Trainer::set_micro_split(std::int64_t parts) {
@@ -549,14 +554,20 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   const std::int64_t skipped_at_start = precision_->skipped_steps();
   model_->train();
   bool done = step_ >= planned;
-  // Out-of-memory recovery (TrainerOptions::oom_recovery): one process only, since every rank would have to
-  // retry alike. The buffers and RNG states are saved before each step.
-  const bool recover = options_.oom_recovery && world == 1;
+  // Out-of-memory recovery (TrainerOptions::oom_recovery). The buffers and RNG states are saved before each step.
+  // With several ranks (TrainerOptions::oom_recovery_with_ranks) every rank must retry alike: their backward passes do not communicate (no_sync), and after
+  // the step's micro-batches the ranks agree (one blocking all-reduce of two flags) whether any ran out of memory;
+  // finish_gradients then averages the gradients. That costs the overlap of the last backward with communication.
+  const bool recover = options_.oom_recovery && (world == 1 || options_.oom_recovery_with_ranks);
+  const bool together = recover && world > 1;
   std::optional<StepUndo> undo;
   if (recover) undo.emplace(*model_);
   const std::int64_t recoveries_at_start = oom_recoveries_;
   oom_note_.clear();
-  if (options_.oom_recovery && !recover) oom_note_ = "out-of-memory recovery is off with several processes (every rank would have to retry alike)";
+  if (options_.oom_recovery && !recover) {
+    oom_note_ = "out-of-memory recovery is off with several processes (train.oom_recovery: true turns it on; every step then waits for the "
+                "ranks to agree)";
+  }
 
   for (; epoch_ < options_.epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
@@ -608,7 +619,7 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
             RECORD_USER_SCOPE("bellows::backward");
             // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
             std::optional<dist::Strategy::NoSync> local;
-            if (!last_of_step || j + 1 < parts.size()) local.emplace(strategy.no_sync());
+            if (together || !last_of_step || j + 1 < parts.size()) local.emplace(strategy.no_sync());
             std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
             if (options_.detect_anomaly) anomaly.emplace();
             try {
@@ -630,6 +641,14 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
         }
       };
       std::int64_t ran = 0;  // loaded batches of this step that ran (since the last retry)
+      std::exception_ptr failed;  // together: this rank's out-of-memory error in this attempt (it runs no more micro-batches)
+      const auto restart = [&] {
+        ran = 0;
+        outs.clear();
+        units.clear();
+        step_samples = 0;
+        retried = true;
+      };
       for (std::int64_t i = 0; i < micro; ++i) {
         std::optional<data::Batch> batch;
         {
@@ -639,17 +658,49 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
         lap(clock, obs::Phase::kData);
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
         if (recover) loaded.push_back(*batch);
-        while (ran <= i) {
+        while (ran <= i && !failed) {
           try {
             forward_backward(recover ? loaded[static_cast<std::size_t>(ran)] : *batch, ran + 1 == micro);
             ++ran;
           } catch (...) {
+            if (together && report_current_exception().out_of_memory) {
+              failed = std::current_exception();
+              break;
+            }
             if (!recover || !recover_from_oom(loaded[static_cast<std::size_t>(ran)], *undo)) throw;
-            ran = 0;
-            outs.clear();
-            units.clear();
-            step_samples = 0;
-            retried = true;
+            restart();
+          }
+        }
+      }
+      // Several ranks: whether any ran out of memory, and whether any cannot make its micro-batch smaller. Then all
+      // put back the step and retry with half the micro-batch, or all stop.
+      while (together) {
+        const std::string problem = failed ? oom_split_problem(loaded[static_cast<std::size_t>(ran)]) : "";
+        std::vector<at::Tensor> flags{at::tensor({failed ? 1.0f : 0.0f, problem.empty() ? 0.0f : 1.0f})};
+        strategy.all_reduce_sum(flags);
+        const float any_failed = flags[0][0].item<float>(), any_stuck = flags[0][1].item<float>();
+        if (any_failed == 0) break;
+        if (any_stuck > 0) {
+          if (!problem.empty()) {
+            oom_note_ = problem;
+            std::rethrow_exception(failed);
+          }
+          BELLOWS_FAIL(ErrorKind::kResource,
+                       fmt::format("optimizer step {}: another rank ran out of memory with a micro-batch it cannot make smaller; every rank "
+                                   "stops (its report names it)", step_ + 1),
+                       kOutOfMemoryHint);
+        }
+        split_after_oom(loaded.front().size, *undo,
+                        failed ? fmt::format("on rank {}", strategy.rank()) : fmt::format("on {:.0f} other rank(s)", any_failed));
+        failed = nullptr;
+        restart();
+        for (; ran < micro; ++ran) {
+          try {
+            forward_backward(loaded[static_cast<std::size_t>(ran)], ran + 1 == micro);
+          } catch (...) {
+            if (!report_current_exception().out_of_memory) throw;
+            failed = std::current_exception();
+            break;
           }
         }
       }

@@ -21,14 +21,6 @@ static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs 
 
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
-// Splits the positional arguments: a first argument that is neither an override nor a flag is the file.
-std::pair<std::optional<std::filesystem::path>, std::vector<std::string>> split_args(const std::vector<std::string>& args) {
-  if (!args.empty() && args[0].find('=') == std::string::npos && args[0].rfind("-", 0) != 0) {
-    return {std::filesystem::path(args[0]), std::vector<std::string>(args.begin() + 1, args.end())};
-  }
-  return {std::nullopt, args};
-}
-
 // Everything after the subcommand, in order, is ours: [CONFIG] then key=value overrides and alias flags.
 void take_free_arguments(CLI::App* cmd) { cmd->prefix_command(true); }
 
@@ -81,7 +73,7 @@ Action register_train(CLI::App& app) {
               "--output-dir --max-steps --name --threads --workers --prefetch --data --resume; any key: key=value (optim.lr=3e-4).");
   return [cmd]() {
     if (!cmd->parsed()) return -1;
-    auto [file, overrides] = split_args(cmd->remaining());
+    auto [file, overrides] = split_config_args(cmd->remaining());
     app::RunOptions options;
     options.stop_flag = &g_stop;
     app::RunResult result;
@@ -122,7 +114,7 @@ Action register_config(CLI::App& app) {
   cfg->require_subcommand(1);
   return [show, keys, model]() {
     if (show->parsed()) {
-      auto [file, overrides] = split_args(show->remaining());
+      auto [file, overrides] = split_config_args(show->remaining());
       std::cout << app::resolve_config(file, overrides).to_yaml();
       return kExitOk;
     }

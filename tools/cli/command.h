@@ -4,9 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace bellows::cli {
 
@@ -24,9 +29,26 @@ Action register_cv(CLI::App& app);
 Action register_launch(CLI::App& app);
 Action register_slurm(CLI::App& app);
 Action register_doctor(CLI::App& app);
+Action register_plan(CLI::App& app);
 
 // This bellows executable's path (/proc/self/exe), or "bellows" when it cannot be read: what `launch -- train`
 // starts and what `slurm` writes into the script.
 std::string self_executable();
+
+// The free arguments of a run-like command: a first argument that is neither key=value nor a flag is the config
+// file; the rest are overrides and flags, in order.
+std::pair<std::optional<std::filesystem::path>, std::vector<std::string>> split_config_args(const std::vector<std::string>& args);
+
+// "60s", "60", "1.5m", "2min", "1h": seconds. kUsage error naming `flag` otherwise.
+double parse_duration(const std::string& flag, const std::string& text);
+
+// Takes `flag VALUE` and `flag=VALUE` out of `args`; the last one given, if any (kUsage error without a value).
+std::optional<std::string> take_flag_value(std::vector<std::string>& args, const std::string& flag);
+// Takes every `flag` (no value) out of `args`; whether there was one.
+bool take_flag(std::vector<std::string>& args, const std::string& flag);
+
+// Sends SIGINT and SIGTERM to a flag from now on (measuring commands stop their running trial at its next step and
+// report what was measured); the flag.
+const std::atomic<bool>* stop_on_signals();
 
 }  // namespace bellows::cli

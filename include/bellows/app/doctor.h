@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bellows/app/trial.h"      // defines: Trial
 #include "bellows/config/config.h"  // defines: Config
 
 namespace bellows::app {
@@ -41,32 +42,8 @@ struct DoctorOptions {
   const std::atomic<bool>* stop_flag = nullptr;  // set: the running trial stops at its next step, no more start
 };
 
-// One measured trial: the diagnosed config with `overrides` on top.
-struct DoctorTrial {
-  std::string name;                    // "baseline", "precision=bf16-mixed", ...
-  std::vector<std::string> overrides;  // key=value
-  std::string error;                   // what ended it early (a detect_anomaly finding, out of memory); "" none
-  double seconds = 0;                  // wall time of the trial, setup included
-  double fit_seconds = 0;              // of it, training
-  std::int64_t steps = 0;              // optimizer steps trained
-  std::int64_t batch_size = 0;         // data.batch_size x accumulation steps: samples per optimizer step
-  std::string device, precision;       // as planned
-  std::int64_t threads = 0, workers = 0, prefetch = 0;
-  double first_step_ms = 0;            // the first optimizer step (warm-up)
-  double step_ms = 0;                  // median over the steady steps (the third on)
-  double step_spread = 0;              // (p90 - p10) / median of those steps
-  double samples_per_s = 0;            // samples per step / median step time
-  std::array<double, 6> phase_ms{};    // mean per steady step: data, copy, forward, backward, optimizer, other
-  double mem_peak_mb = -1;             // tensor memory, largest window peak; -1 not counted
-  double rss_peak_mb = -1;             // process resident memory, peak
-  double mfu = -1, gflops = -1;        // medians; -1 not measured
-  std::int64_t skipped_steps = 0;
-  double loss_scale = 0;               // last (fp16-mixed)
-  std::vector<std::pair<std::int64_t, double>> losses;  // (step, training loss)
-  double fetch_ms_per_batch = 0;       // the loader's stage times per batch (read + decode + transform + collate)
-  std::string slowest_stage;           // of those stages
-  std::string first_nonfinite;         // the trainer's note of the first skipped step (step, parameter); "" none
-};
+// The doctor's trials are app::Trial (trial.h): the diagnosed config with one change.
+using DoctorTrial = Trial;
 
 struct DoctorFinding {
   std::string id;        // input | precision | overhead | memory | threads | nonfinite | first_step

@@ -18,7 +18,9 @@ extern const char* const kDemoConfig;
 // All keys of a run config, with the keys of model `model_name` and the command-line aliases.
 config::Schema run_schema(const std::string& model_name);
 
-// Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates.
+// Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates. `args` may also
+// hold `hardware_profile=NAME`/`--hardware-profile NAME` (app/profiles.h) and `--plan FILE|auto` (a tuned plan's
+// settings between the files' keys and the command line's: app/tune.h).
 config::Config resolve_config(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& args);
 
 // The same for a config given as YAML text (the C API's bellows_create_from_string); `name` stands for the

@@ -83,6 +83,12 @@ class Config {
   void compose_profile_below(const Config& profile, ProfileChoice choice);
   // Records who chose the composed profile (the command line, over a file's `hardware_profile:`).
   void record_hardware_profile(ProfileChoice choice) { profile_ = std::move(choice); }
+  // Rows for a run's plan table from how the config was composed (a tuned plan's settings: app/tune.h).
+  struct PlanNote {
+    std::string key, value, reason;
+  };
+  void add_plan_note(PlanNote note) { plan_notes_.push_back(std::move(note)); }
+  const std::vector<PlanNote>& plan_notes() const { return plan_notes_; }
 
   // Applies "a.b.c=value" (value parsed as YAML: a scalar, a flow sequence or a flow map) over the tree, as
   // the topmost layer: a map value deep-merges into an existing map, anything else replaces. Setting a key
@@ -129,6 +135,7 @@ class Config {
   std::string name_;
   std::vector<std::string> sources_;
   std::optional<ProfileChoice> profile_;
+  std::vector<PlanNote> plan_notes_;
 };
 
 }  // namespace bellows::config

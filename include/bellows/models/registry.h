@@ -57,6 +57,9 @@ struct ModelEntry {
   std::function<std::optional<double>(const config::Config&, const ModelContext&)> forward_flops;
   // What forward_flops assumes where the work varies between batches ("" where it does not), printed beside it.
   std::string forward_flops_basis;
+  // 4-D activations (convolutions): channels_last and cuDNN's algorithm search apply; the autotuner and the
+  // optimization matrix try them for such models only.
+  bool convolutional = false;
 };
 
 // Every registered model, sorted by name.

@@ -82,10 +82,13 @@ struct TrainerOptions {
   // step, and runs the step again from its first sample: the gradients, buffers (BatchNorm statistics) and RNG
   // states are put back as they were before the step, so the effective batch, the sample order and the result
   // are those of a run planned with the smaller micro-batch (fp32, CPU: bitwise). Logged, counted and kept in
-  // checkpoints. A micro-batch of one sample that still fails, an error elsewhere in the step (the optimizer) and
-  // several ranks (which would have to agree) stop the run with the out-of-memory report (kResource). Costs a copy
-  // of the buffers and the RNG states per step (to put them back).
+  // checkpoints. A micro-batch of one sample that still fails and an error elsewhere in the step (the optimizer)
+  // stop the run with the out-of-memory report (kResource). Costs a copy of the buffers and the RNG states per step
+  // (to put them back). With several ranks only with oom_recovery_with_ranks: then every rank retries alike, their
+  // backward passes do not communicate and the ranks agree after each step's micro-batches (a blocking all-reduce),
+  // which cost 20% of the demo's samples/s on 2 CPU ranks.
   bool oom_recovery = true;
+  bool oom_recovery_with_ranks = false;
 };
 
 class Trainer {
@@ -151,6 +154,11 @@ class Trainer {
   // micro-batch can avoid, puts back the state before the step (gradients, and `undo`'s buffers and RNG states),
   // halves the micro-batch and returns true; false otherwise (the caller rethrows).
   bool recover_from_oom(const data::Batch& batch, const StepUndo& undo);
+  // Why a micro-batch of the loaded `batch` cannot be made smaller ("" when it can): not splittable, or 1 sample.
+  std::string oom_split_problem(const data::Batch& batch) const;
+  // Puts back the state before the step and halves the micro-batch (every rank alike with several); `failed_in`
+  // names where it ran out of memory ("its forward phase", "rank 1").
+  void split_after_oom(std::int64_t batch_size, const StepUndo& undo, const std::string& failed_in);
   // The window's first step with non-finite gradients and the first parameter whose gradient was not finite.
   std::string first_nonfinite_step(const Window& window) const;
   void run_eval(data::BatchSource& val, FitResult& result, const std::string& monitor);

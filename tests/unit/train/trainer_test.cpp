@@ -6,8 +6,11 @@
 #include <torch/utils.h>
 
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <unistd.h>
+
+#include <c10/util/Exception.h>
 
 #include "bellows/data/synthetic.h"
 #include "bellows/data/tensor_source.h"
@@ -16,6 +19,7 @@
 #include "bellows/obs/memory.h"
 #include "bellows/train/trainer.h"
 #include "bellows/util/error.h"
+#include "dist/ranks.h"
 
 namespace bellows::train {
 namespace {
@@ -454,6 +458,80 @@ TEST(Trainer, OutOfMemoryAtOneSampleStopsWithTheReport) {
   EXPECT_EQ(t.micro_split(), 16);
   const auto now = params_of(*m);
   for (std::size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(now[i].equal(before[i])) << "parameter " << i;
+}
+
+// A task that runs out of memory (c10::OutOfMemoryError, as a full GPU does) on micro-batches above `limit` samples.
+class OutOfMemoryAbove final : public Task {
+ public:
+  OutOfMemoryAbove(std::shared_ptr<Task> inner, std::int64_t limit) : inner_(std::move(inner)), limit_(limit) {}
+  StepOutput step(torch::nn::Module& model, const data::Batch& batch) override {
+    if (batch.size > limit_) C10_THROW_ERROR(OutOfMemoryError, "test: out of memory above " + std::to_string(limit_) + " samples");
+    return inner_->step(model, batch);
+  }
+
+ private:
+  std::shared_ptr<Task> inner_;
+  std::int64_t limit_;
+};
+
+// Two ranks (threads, Gloo): rank 1 runs out of memory above 16 samples, rank 0 never. Both put back the step and
+// retry with half the micro-batch, twice (64 -> 32 -> 16), and end bitwise equal to two ranks planned with
+// micro-batches of 16 and four times the accumulation; a micro-batch of 1 that still fails on rank 1 stops both,
+// each naming why.
+TEST(Trainer, OutOfMemoryWithSeveralRanksRetriesOnEveryRank) {
+  const auto data = dataset(256);
+  auto train_ranks = [&](std::int64_t batch, std::int64_t accumulation, std::int64_t oom_above_on_rank1, std::vector<std::vector<at::Tensor>>* params,
+                         std::vector<FitResult>* results) {
+    params->assign(2, {});
+    results->assign(2, {});
+    dist::run_ranks(2, {}, [&](dist::Ddp& ddp, int rank) {
+      std::shared_ptr<MlpImpl> m;
+      {
+        static std::mutex init;  // the ranks are threads sharing the default generator
+        const std::lock_guard lock(init);
+        m = make_mlp(5);
+      }
+      TrainerOptions o = sgd_options();
+      o.max_steps = 3;
+      o.accumulation_steps = accumulation;
+      o.oom_recovery_with_ranks = true;  // train.oom_recovery: true
+      o.strategy = std::shared_ptr<dist::Strategy>(&ddp, [](dist::Strategy*) {});
+      std::shared_ptr<Task> task = regression();
+      if (rank == 1 && oom_above_on_rank1 > 0) task = std::make_shared<OutOfMemoryAbove>(task, oom_above_on_rank1);
+      Trainer t(m, task, o);
+      auto s = source(data, batch);
+      (*results)[static_cast<std::size_t>(rank)] = t.fit(s);
+      (*params)[static_cast<std::size_t>(rank)] = params_of(*m);
+    });
+  };
+  std::vector<std::vector<at::Tensor>> planned, recovered;
+  std::vector<FitResult> planned_results, recovered_results;
+  train_ranks(16, 4, 0, &planned, &planned_results);
+  train_ranks(64, 1, 16, &recovered, &recovered_results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(recovered_results[r].oom_recoveries, 2) << "rank " << r << ": 64 -> 32 -> 16";
+    EXPECT_EQ(recovered_results[r].micro_split, 4) << "rank " << r;
+    EXPECT_EQ(recovered_results[r].steps, planned_results[r].steps);
+    for (std::size_t i = 0; i < planned[r].size(); ++i) EXPECT_TRUE(recovered[r][i].equal(planned[r][i])) << "rank " << r << " parameter " << i;
+  }
+  // Rank 1 cannot go below one sample: both ranks stop, rank 1 with the out-of-memory report, rank 0 saying why.
+  std::vector<std::string> errors(2);
+  dist::run_ranks(2, {}, [&](dist::Ddp& ddp, int rank) {
+    TrainerOptions o = sgd_options();
+    o.max_steps = 2;
+    o.oom_recovery_with_ranks = true;
+    o.strategy = std::shared_ptr<dist::Strategy>(&ddp, [](dist::Strategy*) {});
+    std::shared_ptr<Task> task = rank == 1 ? std::make_shared<OutOfMemoryAbove>(regression(), 0) : regression();
+    Trainer t(make_mlp(5), task, o);
+    auto s = source(data, 8);
+    try {
+      t.fit(s);
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(rank)] = e.message();
+    }
+  });
+  EXPECT_NE(errors[1].find("a micro-batch of 1 sample ran out of memory after 3 out-of-memory recoveries"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("another rank ran out of memory with a micro-batch it cannot make smaller"), std::string::npos) << errors[0];
 }
 
 // The batch-size finder's mechanism (Trainer::set_micro_split): each loaded batch runs as near-equal parts, each

@@ -1,0 +1,61 @@
+// Data-parallel ranks as threads of one test process, each with its own Ddp (TCPStore client and process group).
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "bellows/dist/ddp.h"
+
+namespace bellows::dist {
+
+// A TCP port free on the loopback interface now.
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs fn(rank) on `world` threads, each with its own Ddp; rethrows the first exception.
+inline void run_ranks(int world, const DdpOptions& options, const std::function<void(Ddp&, int)>& fn) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessInfo p;
+        p.rank = r;
+        p.world_size = world;
+        p.local_rank = r;
+        p.local_world_size = world;
+        p.master_port = port;
+        Ddp ddp(p, options);
+        fn(ddp, r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  at::set_num_threads(saved);
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace bellows::dist

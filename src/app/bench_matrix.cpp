@@ -21,8 +21,6 @@ namespace bellows::app {
 
 namespace matrix_impl {  // named, not anonymous: the unity build compiles this file with the other app sources
 
-double trial_peak_mb(const Trial& t) { return t.mem_peak_mb >= 0 ? t.mem_peak_mb : t.rss_peak_mb; }
-
 // The rows for this config on this machine: each one optimization switched relative to the configured run.
 std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareInfo& hw) {
   const plan::Plan p = plan::resolve(plan_request(c), hw);
@@ -40,9 +38,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
   };
   // Precision: mixed precision on where the baseline is full precision, off where it is mixed.
   {
-    plan::PlanRequest request = plan_request(c);
-    request.precision = "auto";
-    const std::string auto_pick = plan::resolve(request, hw).precision;
+    const std::string auto_pick = plan_with_auto_precision(c, hw).precision;
     const bool full = p.precision == "fp32" || p.precision == "tf32";
     if (!full) row("precision", "precision=fp32", {"precision=fp32"}, "mixed precision (AMP): ~2x, ~50% less memory");
     else if (auto_pick != p.precision) row("precision", "precision=" + auto_pick, {"precision=" + auto_pick}, "mixed precision (AMP): ~2x, ~50% less memory");
@@ -112,7 +108,7 @@ void summarise_row(MatrixRow& r) {
   for (const auto& t : r.trials) {
     if (!t.measured()) continue;
     sps.push_back(t.samples_per_s);
-    if (trial_peak_mb(t) >= 0) peak.push_back(trial_peak_mb(t));
+    if (t.peak_mb() >= 0) peak.push_back(t.peak_mb());
   }
   if (sps.empty()) return;
   r.median_samples_per_s = quantile(sps, 0.5);
@@ -134,7 +130,7 @@ nlohmann::json row_json(const MatrixRow& r) {
   j["memory_ratio"] = r.memory_ratio;
   j["trials"] = nlohmann::json::array();
   for (const auto& t : r.trials) {
-    nlohmann::json tj = {{"samples_per_s", t.samples_per_s}, {"step_ms", t.step_ms}, {"steps", t.steps}, {"peak_mb", trial_peak_mb(t)}, {"seconds", t.seconds}};
+    nlohmann::json tj = {{"samples_per_s", t.samples_per_s}, {"step_ms", t.step_ms}, {"steps", t.steps}, {"peak_mb", t.peak_mb()}, {"seconds", t.seconds}};
     if (!t.error.empty()) tj["error"] = t.error;
     j["trials"].push_back(tj);
   }

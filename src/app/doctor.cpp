@@ -145,9 +145,7 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
                            {fmt::format("data.workers={}", want_workers), fmt::format("data.prefetch={}", want_prefetch)}});
   }
   // The precision the plan's `auto` picks here, when cheaper than the one running.
-  plan::PlanRequest auto_request = plan_request(base_config);
-  auto_request.precision = "auto";
-  const plan::Plan auto_plan = plan::resolve(auto_request, hw);
+  const plan::Plan auto_plan = plan_with_auto_precision(base_config, hw);
   std::string auto_reason;
   for (const auto& e : auto_plan.entries) {
     if (e.key == "precision") auto_reason = e.reason;

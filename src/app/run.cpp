@@ -213,6 +213,12 @@ plan::PlanRequest plan_request(const config::Config& c) {
   return r;
 }
 
+plan::Plan plan_with_auto_precision(const config::Config& c, const hw::HardwareInfo& hw) {
+  plan::PlanRequest request = plan_request(c);
+  request.precision = "auto";
+  return plan::resolve(request, hw);
+}
+
 RunResult run(const config::Config& c, const RunOptions& options) {
   // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();

@@ -91,9 +91,7 @@ void add_loader_dimension(TuneSpace& space, const config::Config& c, const plan:
 // The precisions worth a trial here (the configured one aside): full precision and what `auto` picks; on a GPU
 // each mixed precision it has tensor cores for.
 std::vector<std::string> precision_candidates(const config::Config& c, const plan::Plan& p, const hw::HardwareInfo& hw, std::string* note) {
-  plan::PlanRequest request = plan_request(c);
-  request.precision = "auto";
-  const std::string auto_pick = plan::resolve(request, hw).precision;
+  const std::string auto_pick = plan_with_auto_precision(c, hw).precision;
   std::vector<std::string> out;
   if (p.device.is_cpu()) {
     out = {"fp32", auto_pick};
@@ -110,13 +108,6 @@ std::vector<std::string> precision_candidates(const config::Config& c, const pla
     if (s != p.precision && std::find(unique.begin(), unique.end(), s) == unique.end()) unique.push_back(s);
   }
   return unique;
-}
-
-std::string machine_line_of(const hw::HardwareInfo& hw) {
-  std::string gpus;
-  for (const auto& g : hw.cuda.gpus) gpus += fmt::format(", GPU {} ({:.0f} GiB)", g.name, g.total_memory_bytes / double(1LL << 30));
-  return fmt::format("{}, {} usable cores, {:.1f} GiB RAM{}, LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
-                     hw.memory.total_bytes / double(1LL << 30), gpus, hw.torch.version);
 }
 
 // The point of the space with value index idx[d] in dimension d: its overrides and its name.
@@ -156,8 +147,6 @@ bool same_loader(const TuneValue& v, const Trial& t) {
   return l.threads == t.threads && l.workers == t.workers && (l.workers == 0 || l.prefetch == t.prefetch);
 }
 
-double peak_mb(const Trial& t) { return t.mem_peak_mb >= 0 ? t.mem_peak_mb : t.rss_peak_mb; }
-
 // The memory a step may use, MB: memory_budget_gib, else the GPU's memory, else what the machine has available.
 double memory_budget_mb(const config::Config& c, const Trial& base, const hw::HardwareInfo& hw) {
   const double gib = config::get_double(c, "memory_budget_gib");
@@ -170,13 +159,18 @@ double memory_budget_mb(const config::Config& c, const Trial& base, const hw::Ha
 
 using namespace tune_impl;
 
+std::string machine_line(const hw::HardwareInfo& hw) {
+  std::string gpus;
+  for (const auto& g : hw.cuda.gpus) gpus += fmt::format(", GPU {} ({:.0f} GiB)", g.name, g.total_memory_bytes / double(1LL << 30));
+  return fmt::format("{}, {} usable cores, {:.1f} GiB RAM{}, LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
+                     hw.memory.total_bytes / double(1LL << 30), gpus, hw.torch.version);
+}
+
 std::size_t TuneSpace::grid_size() const {
   std::size_t n = 1;
   for (const auto& d : dimensions) n *= d.values.size();
   return n;
 }
-
-std::string machine_line(const hw::HardwareInfo& hw) { return machine_line_of(hw); }
 
 TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   TuneSpace space;
@@ -338,7 +332,7 @@ TunedPlan tune(const config::Config& c, const TuneOptions& options) {
       const TuneDimension& dim = space.dimensions[d];
       // Pruned by the measurements so far.
       if (dim.id == "checkpointing") {
-        const double budget = memory_budget_mb(c, best, hw), peak = peak_mb(best);
+        const double budget = memory_budget_mb(c, best, hw), peak = best.peak_mb();
         if (peak >= 0 && peak < kCheckpointMemoryFraction * budget) {
           plan.notes.push_back(fmt::format("checkpointing: pruned (peak memory {:.0f} MB is {:.0f}% of the {:.0f} MB budget; it would only cost time)",
                                            peak, 100 * peak / budget, budget));
@@ -456,7 +450,7 @@ namespace tune_impl {
 nlohmann::json trial_json(const TuneTrial& t) {
   nlohmann::json j = {{"name", t.trial.name}, {"overrides", t.trial.overrides}, {"dimension", t.dimension}, {"status", t.status},
                       {"samples_per_s", t.trial.samples_per_s}, {"step_ms", t.trial.step_ms}, {"step_spread", t.trial.step_spread},
-                      {"steps", t.trial.steps}, {"seconds", t.trial.seconds}, {"peak_mb", peak_mb(t.trial)}};
+                      {"steps", t.trial.steps}, {"seconds", t.trial.seconds}, {"peak_mb", t.trial.peak_mb()}};
   if (!t.trial.error.empty()) j["error"] = t.trial.error;
   return j;
 }
@@ -521,7 +515,7 @@ std::string TunedPlan::to_text() const {
     const Trial& r = t.trial;
     const std::string ratio = baseline_samples_per_s > 0 && r.samples_per_s > 0 ? fmt::format("{:.2f}", r.samples_per_s / baseline_samples_per_s) : "-";
     const std::string name = r.name.size() > width ? r.name.substr(0, width - 3) + "..." : r.name;
-    const double peak = peak_mb(r);
+    const double peak = r.peak_mb();
     out += fmt::format("  {:<{}}  {:<16} {:>11} {:>7} {:>10.3g} {:>9}\n", name, width, t.status, r.samples_per_s > 0 ? format_rate(r.samples_per_s) : "-",
                        ratio, r.step_ms, peak >= 0 ? fmt::format("{:.0f}", peak) : "-");
     if (!r.error.empty()) out += fmt::format("      ended: {}\n", r.error);

@@ -21,11 +21,17 @@ class StreamBuffer;
 namespace bellows::obs {
 class Sink;
 }
+namespace bellows::hw {
+struct HardwareInfo;
+}
 
 namespace bellows::app {
 
 // The plan keys of a validated run config (device, precision, threads, data.workers, ...).
 plan::PlanRequest plan_request(const config::Config& config);
+// The plan of the config with `precision: auto`: what this machine would pick (the doctor, the tuner and the
+// optimization matrix compare it with the configured precision).
+plan::Plan plan_with_auto_precision(const config::Config& config, const hw::HardwareInfo& hw);
 
 struct RunOptions {
   const std::atomic<bool>* stop_flag = nullptr;

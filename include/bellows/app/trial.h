@@ -46,6 +46,7 @@ struct Trial {
   bool stopped_early = false;          // a clear loser: stopped below its stop_below_samples_per_s
 
   bool measured() const { return error.empty() && steps >= 3 && samples_per_s > 0; }
+  double peak_mb() const { return mem_peak_mb >= 0 ? mem_peak_mb : rss_peak_mb; }  // tensor memory, else the process's
 };
 
 double step_total(const Trial& t);     // sum of the phase means, ms

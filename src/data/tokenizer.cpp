@@ -16,6 +16,7 @@
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically
 #include "bellows/util/check.h"
+#include "bellows/util/sanitizers.h"  // defines: kSanitizedBuild
 #include "sentencepiece/module.h"
 
 namespace bellows::data {
@@ -35,17 +36,7 @@ constexpr const char* kModuleName = "libbellows_sentencepiece.so";
 
 // Sanitizer runtimes refuse RTLD_DEEPBIND (they interpose malloc and friends); those builds open the module
 // without it and live with the flag collision described in module.h.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL;
-#else
-constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-#endif
-#else
-constexpr int kOpenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-#endif
+constexpr int kOpenFlags = util::kSanitizedBuild ? (RTLD_NOW | RTLD_LOCAL) : (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
 
 // The module beside libbellows itself (the build tree's src/ and an installation's lib/ alike), opened once and
 // never closed.

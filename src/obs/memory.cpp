@@ -22,6 +22,7 @@
 #include <mutex>
 
 #include "obs/internal/cuda_memory.h"
+#include "bellows/util/sanitizers.h"  // defines: kSanitizedBuild
 
 namespace bellows::obs {
 namespace {
@@ -146,7 +147,9 @@ void reset_session_peak(c10::Device device) {
 void release_cached_memory(c10::Device device) {
   if (device.is_cuda()) {
     internal::cuda_release_cached(device);
-  } else {
+  } else if (!util::kSanitizedBuild) {
+    // glibc's own arenas; under a sanitizer runtime malloc is not glibc's and trimming its unused arenas crashed
+    // (ASan, several threads).
     malloc_trim(0);
   }
 }

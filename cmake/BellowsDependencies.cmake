@@ -8,6 +8,40 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
 endif()
 find_package(Torch REQUIRED)
+# The LibTorch versions bellows builds against: 2.11 to 2.13 (the code guards their differences with
+# TORCH_VERSION_MINOR and says where). Any LibTorch: scripts/setup.sh's BELLOWS_TORCH or Torch_DIR (docs/gpu.md).
+if(Torch_VERSION VERSION_LESS 2.11 OR Torch_VERSION VERSION_GREATER_EQUAL 2.14)
+  message(FATAL_ERROR "LibTorch ${Torch_VERSION} (${Torch_DIR}): bellows builds against torch 2.11 to 2.13")
+endif()
+# The C++11 ABI: bellows passes std::string and std::vector across LibTorch's interface. A LibTorch built with the
+# old ABI exports no "cxx11" names from libc10.
+find_library(BELLOWS_C10_LIBRARY c10 PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+if(BELLOWS_C10_LIBRARY)
+  file(STRINGS "${BELLOWS_C10_LIBRARY}" _bellows_cxx11_names REGEX "B5cxx11" LIMIT_COUNT 1)
+  if(NOT _bellows_cxx11_names)
+    message(FATAL_ERROR "LibTorch in ${TORCH_INSTALL_PREFIX} was built with the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0): "
+      "bellows needs the C++11 ABI (every PyPI torch wheel since 2.7; libtorch's 'cxx11-abi' downloads)")
+  endif()
+endif()
+# A CUDA LibTorch and the toolkit it compiles against must share the CUDA major version: the wheel says which it
+# was built with in torch/version.py, a libtorch download in build-version ("2.11.0+cu130").
+if(BELLOWS_WITH_CUDA AND TARGET torch_cuda)
+  set(_bellows_torch_cuda "")
+  if(EXISTS "${TORCH_INSTALL_PREFIX}/version.py")
+    file(STRINGS "${TORCH_INSTALL_PREFIX}/version.py" _line REGEX "^cuda")
+    string(REGEX MATCH "'([0-9]+)\\.[0-9]+'" _m "${_line}")
+    set(_bellows_torch_cuda "${CMAKE_MATCH_1}")
+  elseif(EXISTS "${TORCH_INSTALL_PREFIX}/build-version")
+    file(READ "${TORCH_INSTALL_PREFIX}/build-version" _line)
+    string(REGEX MATCH "\\+cu([0-9]+)[0-9]" _m "${_line}")
+    set(_bellows_torch_cuda "${CMAKE_MATCH_1}")
+  endif()
+  if(_bellows_torch_cuda AND CUDAToolkit_VERSION_MAJOR AND NOT _bellows_torch_cuda STREQUAL CUDAToolkit_VERSION_MAJOR)
+    message(FATAL_ERROR "LibTorch in ${TORCH_INSTALL_PREFIX} was built with CUDA ${_bellows_torch_cuda}, the toolkit in "
+      "${CUDAToolkit_ROOT} is CUDA ${CUDAToolkit_VERSION}: set CUDAToolkit_ROOT to a CUDA ${_bellows_torch_cuda}.x toolkit, or "
+      "-DBELLOWS_WITH_CUDA=OFF for a CPU-only bellows")
+  endif()
+endif()
 include(BellowsTorchRuntime)  # defines: bellows::torch_runtime, bellows::cudart
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)

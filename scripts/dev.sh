@@ -11,6 +11,7 @@
 #   fuzz [SECONDS] [TARGET ...] -- the libFuzzer targets of tests/fuzz (built with clang, ASan + UBSan, in
 #            build-fuzz/), each for SECONDS (default 20) from its seed corpus; a table of runs and coverage
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
+# LibTorch and the C++ libraries: scripts/setup.sh (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX; docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
@@ -31,7 +32,7 @@ jobs="${BELLOWS_JOBS:-$(nproc)}"
 
 configure_args=(-S . -B "$build_dir" -G Ninja
   -DCMAKE_BUILD_TYPE="${BELLOWS_BUILD_TYPE:-RelWithDebInfo}"
-  -DCMAKE_PREFIX_PATH="$BELLOWS_TORCH_CMAKE"
+  -DCMAKE_PREFIX_PATH="$BELLOWS_PREFIX_PATH"
   -DCUDAToolkit_ROOT="$CUDAToolkit_ROOT"
   -DBELLOWS_PYTHON="$BELLOWS_PYTHON")
 if command -v ccache >/dev/null; then
@@ -52,7 +53,10 @@ if [ -n "$sanitizer" ]; then
     configure_args+=(-DBELLOWS_SANITIZE="$kinds")
   fi
 fi
-[ -f "$build_dir/build.ninja" ] || cmake "${configure_args[@]}" >&2
+# Configured once; again when the LibTorch or library prefix changed (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX).
+if [ ! -f "$build_dir/build.ninja" ] || ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$BELLOWS_PREFIX_PATH" "$build_dir/CMakeCache.txt"; then
+  cmake "${configure_args[@]}" >&2
+fi
 targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)
 [ "$mode" = build ] && [ $# -gt 0 ] && targets=(--target "$@")

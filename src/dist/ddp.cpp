@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/headeronly/version.h>  // TORCH_VERSION_MINOR: the API differences of 2.11 to 2.13
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -23,6 +24,14 @@
 
 namespace bellows::dist {
 namespace {
+
+// What torch::autograd::impl::grad_accumulator returns: torch 2.13 made autograd's Node pointers intrusive; 2.11
+// and 2.12 hand out std::shared_ptr<Node>.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+using AutogradNodePtr = std::shared_ptr<torch::autograd::Node>;
+#else
+using AutogradNodePtr = c10::intrusive_ptr<torch::autograd::Node>;
+#endif
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)); }
 
@@ -80,7 +89,7 @@ struct Ddp::Impl {
   // agree(): the flags in flight and their all-reduce.
   at::Tensor agreement_flags;
   c10::intrusive_ptr<c10d::Work> agreement;
-  std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, std::uintptr_t>> hooks;
+  std::vector<std::pair<AutogradNodePtr, std::uintptr_t>> hooks;
 
   std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
 

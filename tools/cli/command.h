@@ -30,6 +30,7 @@ Action register_launch(CLI::App& app);
 Action register_slurm(CLI::App& app);
 Action register_doctor(CLI::App& app);
 Action register_plan(CLI::App& app);
+Action register_selftest(CLI::App& app);
 
 // This bellows executable's path (/proc/self/exe), or "bellows" when it cannot be read: what `launch -- train`
 // starts and what `slurm` writes into the script.

@@ -63,7 +63,7 @@ int run(int argc, char** argv) {
              "4 resource error, 5 interrupted after a clean checkpoint, 130 interrupted without a checkpoint.");
   std::vector<Action> actions = {register_hw(app), register_train(app), register_config(app), register_bench(app),
                                  register_ckpt(app),   register_predict(app), register_cv(app), register_launch(app), register_slurm(app),
-                                 register_doctor(app), register_plan(app)};
+                                 register_doctor(app), register_plan(app), register_selftest(app)};
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
 
   try {

@@ -10,6 +10,7 @@
 
 #include "bellows/data/stager.h"
 #include "bellows/util/check.h"
+#include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 
 namespace bellows::data::detail {
 namespace {
@@ -71,3 +72,7 @@ std::unique_ptr<DeviceStager> make_cuda_stager(c10::Device device, bool pin_memo
 }
 
 }  // namespace bellows::data::detail
+
+namespace {
+const bool kRegisteredCudaStager = bellows::util::register_cuda_unit("data/cuda_stager");  // util/cuda_units.h
+}  // namespace

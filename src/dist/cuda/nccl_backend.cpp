@@ -5,6 +5,7 @@
 
 #include "bellows/util/check.h"
 #include "dist/backend.h"
+#include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 
 namespace bellows::dist {
 
@@ -21,3 +22,7 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 }
 
 }  // namespace bellows::dist
+
+namespace {
+const bool kRegisteredNcclBackend = bellows::util::register_cuda_unit("dist/nccl_backend");  // util/cuda_units.h
+}  // namespace

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "bellows/hw/gpu_probe.h"
+#include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 
 namespace bellows::hw {
 namespace {
@@ -96,3 +97,7 @@ class CudaGpuProbe final : public GpuProbe {
 std::unique_ptr<GpuProbe> make_gpu_probe() { return std::make_unique<CudaGpuProbe>(); }
 
 }  // namespace bellows::hw
+
+namespace {
+const bool kRegisteredGpuProbe = bellows::util::register_cuda_unit("hw/gpu_probe_cuda");  // util/cuda_units.h
+}  // namespace

@@ -3,6 +3,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 
 #include "obs/internal/cuda_memory.h"
+#include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 
 namespace bellows::obs::internal {
 
@@ -30,3 +31,7 @@ void cuda_release_cached(c10::Device) {
 }
 
 }  // namespace bellows::obs::internal
+
+namespace {
+const bool kRegisteredCudaMemory = bellows::util::register_cuda_unit("obs/cuda_memory");  // util/cuda_units.h
+}  // namespace

@@ -139,8 +139,13 @@ use_existing_python() {
   local names=(); for req in "${BELLOWS_PY_EXTRAS[@]}"; do names+=("${req%%==*}"); done
   if "$BELLOWS_TORCH" -c "import ${names[*]// /,}" 2>/dev/null; then return 0; fi
   export BELLOWS_VENV="$BELLOWS_CACHE/py-over-$(echo "$BELLOWS_TORCH" | md5sum | cut -c1-12)"
-  [ -x "$BELLOWS_VENV/bin/python" ] || "$BELLOWS_TORCH" -m venv --system-site-packages "$BELLOWS_VENV" \
-    || die "cannot make a virtual environment over $BELLOWS_TORCH in $BELLOWS_VENV"
+  if [ ! -x "$BELLOWS_VENV/bin/python" ]; then
+    "$BELLOWS_TORCH" -m venv --system-site-packages "$BELLOWS_VENV" || die "cannot make a virtual environment over $BELLOWS_TORCH in $BELLOWS_VENV"
+    # --system-site-packages reaches the base interpreter's packages, not those of a virtual environment that
+    # BELLOWS_TORCH may be: a .pth file names the folder torch is imported from.
+    local torch_site; torch_site=$("$BELLOWS_TORCH" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    "$BELLOWS_VENV/bin/python" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/bellows-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_site"
+  fi
   if install_py_extras "$BELLOWS_VENV/bin/pip" >/dev/null 2>&1; then
     export BELLOWS_PYTHON="$BELLOWS_VENV/bin/python"
   else

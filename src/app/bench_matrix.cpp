@@ -98,7 +98,9 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
     } else {
       row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not applicable: model {} has no convolutions", model.name));
     }
-    row("cuda_graphs", "CUDA graphs", {}, "CUDA graphs: less launch overhead", "not measured: bellows does not capture CUDA graphs yet");
+    const bool graphs = config::get_string(c, "compile") != "off";
+    row("cuda_graphs", graphs ? "compile=off" : "compile=cuda_graph", {graphs ? "compile=off" : "compile=cuda_graph"},
+        "CUDA graphs: less launch overhead");
   }
   return rows;
 }

@@ -147,6 +147,9 @@ void OnlineTrainer::construct(const config::Config& c) {
   run_dir_ = make_run_dir(c);
   train::TrainerOptions o = trainer_options(c, p.plan);
   o.sessions = true;
+  if (const std::string compile = config::get_string(c, "compile"); compile != "off") {
+    notes.push_back(fmt::format("compile: {}: steps run eagerly: {}", compile, train::step_graph_unfit({.cuda = true, .sessions = true})));
+  }
   o.stop_flag = &stop_;
   o.checkpoint = checkpoint_options(c, run_dir_);
   if (o.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one

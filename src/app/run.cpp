@@ -274,6 +274,8 @@ RunResult run(const config::Config& c, const RunOptions& options) {
   trainer_opts.profile = profile_options(c, dir);
   // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
   set_flop_options(c, hw, p, /*may_measure=*/ranks.world_size() == 1, trainer_opts, notes);
+  const plan::PlanEntry compile = resolve_compile(c, trainer_opts, ranks.world_size());
+  p.entries.push_back(compile);
   trainer_opts.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.to_json())}};
   Trainer trainer(built.module, built.task, trainer_opts);
   std::optional<plan::PlanEntry> micro_batch;  // data.batch_size: auto

@@ -60,6 +60,9 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("cpu_allocator", Type::kString, "freed CPU memory: auto/retain (kept for the next step), system (glibc's trimming)")
       .choices({"auto", "retain", "system"}).default_value(node("auto"));
   s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));
+  // Off by default until a GPU run has been recorded (docs/gpu.md): the captured step has only run on the CPU twin.
+  s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (where the run allows it), cuda_graph, or off")
+      .choices({"auto", "cuda_graph", "off"}).default_value(node("off"));
   // dist: data parallel over c10d when a launcher started several processes (bellows launch, torchrun, srun, mpirun)
   s.add("dist.strategy", Type::kString, "auto (ddp when the environment names several processes), single or ddp")
       .choices({"auto", "single", "ddp"}).default_value(node("auto"));

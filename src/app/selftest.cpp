@@ -46,7 +46,7 @@ const char* dtype_name(c10::ScalarType t) { return c10::toString(t); }
 // The CUDA units this build should have (util/cuda_units.h), when LibTorch has CUDA.
 const std::vector<std::string>& expected_cuda_units() {
   static const std::vector<std::string> units = {"app/selftest_cuda", "data/cuda_stager", "dist/nccl_backend", "hw/gpu_probe_cuda",
-                                                 "obs/cuda_memory"};
+                                                 "obs/cuda_memory", "train/cuda_step_graph"};
   return units;
 }
 

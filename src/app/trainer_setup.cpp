@@ -67,6 +67,37 @@ train::TrainerOptions trainer_options(const config::Config& c, const plan::Plan&
   return o;
 }
 
+plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& o, std::int64_t world_size) {
+  const std::string asked = config::get_string(c, "compile");
+  if (asked == "off") {
+    o.compile = "off";
+    return {"compile", "off", "steps run eagerly (compile: auto or cuda_graph captures whole steps as CUDA graphs)"};
+  }
+  const std::string recovery = config::get_string(c, "train.oom_recovery");
+  const std::vector<std::string> checkpointing = config::get_string_list(c, "checkpointing");
+  train::StepGraphConditions g;
+  g.cuda = o.device.is_cuda();
+  g.accumulation_steps = o.accumulation_steps;
+  g.ema = o.ema.has_value();
+  g.world_size = world_size;
+  g.detect_anomaly = o.detect_anomaly;
+  g.oom_recovery = recovery == "true";
+  g.fused_optimizer = o.optimizer.implementation != "foreach";
+  g.activation_checkpointing = !checkpointing.empty() && !(checkpointing.size() == 1 && checkpointing[0] == "auto");
+  const std::string why = train::step_graph_unfit(g);
+  if (!why.empty()) {
+    // Asked for by name, the trainer says again why it trains eagerly; auto just does.
+    o.compile = asked == "cuda_graph" ? "cuda_graph" : "off";
+    return {"compile", "off", fmt::format("{}: {}", asked == "auto" ? "auto" : "cuda_graph cannot be used", why)};
+  }
+  o.compile = "cuda_graph";
+  if (recovery == "auto") o.oom_recovery = false;
+  return {"compile", "cuda_graph",
+          fmt::format("{}whole steps as CUDA graphs after {} warm-up steps (no host sync in a step; a batch of other shapes runs eagerly){}",
+                      asked == "auto" ? "auto: " : "", train::kStepGraphWarmup,
+                      recovery == "auto" ? "; out-of-memory recovery off (a captured step's memory is fixed)" : "")};
+}
+
 models::DropoutMasks dropout_masks_setting(const config::Config& c) {
   return config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch : models::DropoutMasks::kParallel;
 }

@@ -238,7 +238,16 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
     space.dimensions.push_back({"checkpointing", {{none ? "no checkpointing (configured)" : "checkpointing as configured", {}},
                                                   {none ? "checkpointing=[*]" : "checkpointing=[]", {none ? "checkpointing=['*']" : "checkpointing=[]"}}}, false});
   }
-  if (!p.device.is_cpu()) space.notes.push_back("CUDA graphs: not searched (bellows does not capture CUDA graphs yet)");
+  // whole steps as CUDA graphs: a trial that cannot capture (train/step_graph.h) trains eagerly and says why
+  if (!p.device.is_cpu()) {
+    if (on_command_line(c, "compile")) {
+      space.notes.push_back("compile: not searched (set on the command line)");
+    } else {
+      const bool graphs = config::get_string(c, "compile") != "off";
+      space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", config::get_string(c, "compile")), {}},
+                                              {graphs ? "compile=off" : "compile=cuda_graph", {graphs ? "compile=off" : "compile=cuda_graph"}}}, false});
+    }
+  }
   return space;
 }
 

@@ -238,6 +238,17 @@ at::Tensor Optimizer::new_step_tensor(const std::vector<at::Tensor>& buffers, st
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  if (lr_tensor_.defined()) lr_tensor_.fill_(lr);  // outside a captured step: the replay reads it
+}
+
+void Optimizer::use_lr_tensor(c10::Device device) {
+  BELLOWS_CHECK_CONFIG(fused_, "a learning rate on the device needs the fused optimizer kernels",
+                       "set optimizer.implementation: fused (or auto where every parameter has a fused kernel)");
+  if (!lr_tensor_.defined()) lr_tensor_ = at::full({}, lr_, at::TensorOptions().dtype(at::kFloat).device(device));
+}
+
 void Optimizer::zero_grad() {
   for (auto& g : groups_) {
     for (auto& p : g.params) p.mutable_grad().reset();
@@ -314,9 +325,16 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
   if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
   const auto fused_call = [&](at::TensorList params, at::TensorList grad_list, at::TensorList m, at::TensorList v, at::TensorList steps) {
     const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
-    if (decoupled_) {
+    // The learning rate as a device tensor when the step is a CUDA graph (use_lr_tensor), else a number.
+    if (decoupled_ && lr_tensor_.defined()) {
+      at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_tensor_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    } else if (decoupled_) {
       at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    } else if (lr_tensor_.defined()) {
+      at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_tensor_, o.beta1, o.beta2, group.weight_decay, o.eps,
+                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
     } else {
       at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
@@ -378,8 +396,13 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
             momentum_buffer_[g][i] = at::empty_like(group.params[i], at::MemoryFormat::Preserve);
         }
         const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
-        at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_, o.dampening, o.nesterov, /*maximize=*/false,
-                        /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+        if (lr_tensor_.defined()) {
+          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_tensor_, o.dampening, o.nesterov, /*maximize=*/false,
+                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+        } else {
+          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_, o.dampening, o.nesterov, /*maximize=*/false,
+                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+        }
         continue;
       }
       if (wd != 0) grad_list = at::_foreach_add(grad_list, params, wd);
@@ -474,7 +497,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
   momentum_buffer_ = std::move(momentum_buffer);
   state_steps_ = std::move(state_steps);
   step_buffers_ = std::move(step_buffers);
-  lr_ = lr;
+  set_lr(lr);
   step_count_ = steps;
 }
 

@@ -14,13 +14,16 @@
 #include <cmath>
 #include <unordered_map>
 #include <future>
+#include <tuple>
 
+#include "bellows/models/activation_checkpoint.h"  // defines: Checkpointable
 #include "bellows/obs/memory.h"
 #include "bellows/obs/phase_clock.h"
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/freeze.h"
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
+#include "bellows/util/format.h"  // defines: shape_of
 #include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
 #include "bellows/util/timer.h"           // defines: seconds_since
 
@@ -40,6 +43,40 @@ data::Batch to_device(const data::Batch& batch, const TrainerOptions& options) {
 }
 
 bool uses_total_steps(const std::string& type) { return type == "cosine" || type == "linear"; }
+
+// The captured step of a fit (TrainerOptions::compile): the graph, the batch tensors its replays read (each step's
+// batch is copied into them) and the outputs its replays write.
+struct GraphedStep {
+  std::unique_ptr<StepGraph> graph;
+  std::int64_t warmed = 0;  // warm-up steps run
+  bool captured = false;
+  data::Batch inputs;
+  StepOutput out;
+  at::Tensor grad_norm, skipped, param_norms;
+  std::vector<std::int32_t> grad_params;
+  bool told_layout = false;  // the message about a batch of other shapes was given
+};
+
+// The same tensors by name, with the same shapes, dtypes and strides: a batch a graph captured with `b` can read.
+bool same_layout(const data::Batch& a, const data::Batch& b) {
+  if (a.tensors.size() != b.tensors.size()) return false;
+  for (const auto& [name, t] : a.tensors) {
+    const auto it = b.tensors.find(name);
+    if (it == b.tensors.end() || t.sizes() != it->second.sizes() || t.strides() != it->second.strides() ||
+        t.scalar_type() != it->second.scalar_type()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string first_line_of(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string layout_of(const data::Batch& b) {
+  std::vector<std::string> parts;
+  for (const auto& [name, t] : b.tensors) parts.push_back(fmt::format("{} {}", name, shape_of(t)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 // sum += value, on the device; the first value is copied (it may alias a tensor the step still uses).
 void accumulate(at::Tensor& sum, const at::Tensor& value) {
@@ -197,6 +234,8 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   BELLOWS_CHECK_CONFIG(options_.log_every_n_steps >= 1, "log_every_n_steps must be >= 1", "set train.log_every_n_steps");
   BELLOWS_CHECK_CONFIG(!options_.eval_with_ema || options_.ema.has_value(), "eval_with_ema is set but EMA is off",
                        "enable ema or unset eval_with_ema");
+  BELLOWS_CHECK_CONFIG(options_.compile == "off" || options_.compile == "cuda_graph", fmt::format("compile is '{}'", options_.compile),
+                       "set compile to off or cuda_graph (a config's auto is resolved before the trainer)");
   const std::string& on_nonfinite = options_.on_nonfinite;
   BELLOWS_CHECK_CONFIG(on_nonfinite == "auto" || on_nonfinite == "stop" || on_nonfinite == "skip",
                        fmt::format("on_nonfinite is '{}'", on_nonfinite), "set train.on_nonfinite to auto, stop or skip");
@@ -273,6 +312,34 @@ at::Tensor Trainer::clip_gradients(const std::vector<at::Tensor>& params) {
     at::_foreach_clamp_max_(grads, options_.clip_value);
   }
   return total;
+}
+
+std::pair<at::Tensor, at::Tensor> Trainer::optimizer_phase(const std::vector<at::Tensor>& params) {
+  options_.strategy->finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
+  precision_->unscale(params);
+  if (options_.detect_anomaly) check_gradients();
+  const at::Tensor grad_norm = clip_gradients(params);
+  // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
+  const at::Tensor nonfinite = (grad_norm - grad_norm).ne(0).to(at::kFloat);
+  const at::Tensor skipped = precision_->step_on_device(params, nonfinite, [&](const at::Tensor& found_inf) { optimizer_->step(found_inf); });
+  optimizer_->zero_grad();
+  return {grad_norm, skipped};
+}
+
+std::string Trainer::step_graph_problem() const {
+  StepGraphConditions c;
+  c.cuda = options_.device.is_cuda() || static_cast<bool>(options_.step_graph_factory);
+  c.accumulation_steps = options_.accumulation_steps;
+  c.micro_split = micro_split_;
+  c.ema = static_cast<bool>(ema_);
+  c.world_size = options_.strategy->world_size();
+  c.detect_anomaly = options_.detect_anomaly;
+  c.oom_recovery = options_.oom_recovery;
+  c.fused_optimizer = optimizer_->fused();
+  const auto* blocks = dynamic_cast<const models::Checkpointable*>(model_.get());
+  c.activation_checkpointing = blocks != nullptr && !blocks->checkpointed().empty();
+  c.sessions = options_.sessions;
+  return step_graph_unfit(c);
 }
 
 void Trainer::emit_step(Window& w, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch) {
@@ -569,6 +636,34 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
                 "ranks to agree)";
   }
 
+  // Whole steps as CUDA graphs (TrainerOptions::compile): the step a graph captures reads `graph->inputs` and
+  // writes its outputs there; warm-up steps run the same function for real.
+  std::optional<GraphedStep> graph;
+  if (options_.compile == "cuda_graph") {
+    if (const std::string why = step_graph_problem(); !why.empty()) {
+      message("compile: cuda_graph: every step runs eagerly: " + why);
+    } else {
+      graph.emplace();
+      graph->graph = options_.step_graph_factory ? options_.step_graph_factory() : make_cuda_step_graph(options_.device);
+      optimizer_->use_lr_tensor(options_.device);
+      message(fmt::format("compile: cuda_graph ({}): {} warm-up steps, then step {} is captured and every later step with the same "
+                          "batch shapes replays it", graph->graph->kind(), kStepGraphWarmup, step_ + kStepGraphWarmup + 1));
+    }
+  }
+  const auto graph_body = [&] {
+    StepOutput out;
+    {
+      auto autocast = precision_->autocast();
+      out = task_->step(*model_, graph->inputs);
+    }
+    strategy.backward(precision_->scale_loss(out.loss));
+    out.loss = out.loss.detach();
+    std::tie(graph->grad_norm, graph->skipped) = optimizer_phase(params);
+    graph->out = std::move(out);
+    graph->param_norms = param_norms_;
+    graph->grad_params = grad_params_;
+  };
+
   for (; epoch_ < options_.epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
     window.reset(now_s(), step_, precision_->skipped_steps());
@@ -640,6 +735,63 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
           step_samples += b.size;
         }
       };
+      // --- or the whole step as the graph: a warm-up step, the capture and its first replay, or a replay ---
+      bool graph_step = false;
+      std::optional<data::Batch> preloaded;  // a batch the graph did not take: the eager step below runs it
+      if (graph) {
+        {
+          RECORD_USER_SCOPE("bellows::data");
+          preloaded = train.next();
+        }
+        lap(clock, obs::Phase::kData);
+        BELLOWS_CHECK(preloaded.has_value(), "the data source ended before its announced batch count", "report this bug");
+        const data::Batch b = to_device(*preloaded, options_);
+        lap(clock, obs::Phase::kCopy);
+        if (graph->inputs.tensors.empty()) {
+          graph->inputs = b;
+          for (auto& [name, t] : graph->inputs.tensors) t = t.clone(at::MemoryFormat::Preserve);
+        } else if (same_layout(b, graph->inputs)) {
+          for (auto& [name, t] : graph->inputs.tensors) t.copy_(b.tensors.at(name), /*non_blocking=*/true);
+        } else if (!graph->told_layout) {
+          graph->told_layout = true;
+          message(fmt::format("compile: cuda_graph: optimizer step {}'s batch ({}) has other shapes than the captured one ({}): such "
+                              "steps run eagerly", step_ + 1, layout_of(b), layout_of(graph->inputs)));
+        }
+        if (same_layout(b, graph->inputs)) {
+          optimizer_->set_lr(schedule_->lr(step_));  // into the device tensor the step reads
+          const std::int64_t optimizer_steps = optimizer_->steps();
+          if (graph->warmed < kStepGraphWarmup) {
+            graph->graph->warm_up(graph_body);
+            ++graph->warmed;
+            graph_step = true;
+          } else {
+            try {
+              if (!graph->captured) {
+                graph->graph->capture(graph_body);
+                graph->captured = true;
+              }
+              graph->graph->replay();
+              optimizer_->set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
+              graph_step = true;
+            } catch (const std::exception& e) {
+              if (graph->captured) throw;  // a replay that fails is the step's own error
+              // An op the capture refused (one that reads a value back, or allocates outside the graph's pool): the
+              // run goes on eagerly from this step, which did not run.
+              message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
+                                  step_ + 1, first_line_of(e.what())));
+              optimizer_->zero_grad();
+              graph.reset();
+            }
+          }
+        }
+        if (graph_step) {
+          lap(clock, obs::Phase::kForward);  // forward, backward and optimizer in one
+          outs.push_back(graph->out);
+          units.push_back(Window::units_of(b));
+          step_samples = b.size;
+          preloaded.reset();
+        }
+      }
       std::int64_t ran = 0;  // loaded batches of this step that ran (since the last retry)
       std::exception_ptr failed;  // together: this rank's out-of-memory error in this attempt (it runs no more micro-batches)
       const auto restart = [&] {
@@ -649,13 +801,18 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
         step_samples = 0;
         retried = true;
       };
-      for (std::int64_t i = 0; i < micro; ++i) {
+      for (std::int64_t i = 0; i < micro && !graph_step; ++i) {
         std::optional<data::Batch> batch;
-        {
-          RECORD_USER_SCOPE("bellows::data");
-          batch = train.next();
+        if (preloaded) {
+          batch = std::move(preloaded);
+          preloaded.reset();
+        } else {
+          {
+            RECORD_USER_SCOPE("bellows::data");
+            batch = train.next();
+          }
+          lap(clock, obs::Phase::kData);
         }
-        lap(clock, obs::Phase::kData);
         BELLOWS_CHECK(batch.has_value(), "the data source ended before its announced batch count", "report this bug");
         if (recover) loaded.push_back(*batch);
         while (ran <= i && !failed) {
@@ -715,20 +872,22 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       // obey, and the host learns of a skip at the next logging boundary (emit_step).
       {
         RECORD_USER_SCOPE("bellows::optimizer");
-        strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
-        precision_->unscale(params);
-        if (options_.detect_anomaly) check_gradients();
-        const at::Tensor grad_norm = clip_gradients(params);
-        optimizer_->set_lr(schedule_->lr(step_));
-        // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
-        const at::Tensor nonfinite = (grad_norm - grad_norm).ne(0).to(at::kFloat);
-        const at::Tensor skipped = precision_->step_on_device(params, nonfinite,
-                                                              [&](const at::Tensor& found_inf) { optimizer_->step(found_inf); });
-        optimizer_->zero_grad();
+        at::Tensor grad_norm, skipped;
+        if (graph_step) {  // the graph did it: its outputs, rewritten by each replay, are read (copied) before the next
+          grad_norm = graph->grad_norm;
+          skipped = graph->skipped;
+        } else {
+          optimizer_->set_lr(schedule_->lr(step_));
+          std::tie(grad_norm, skipped) = optimizer_phase(params);
+        }
         ++step_;
         if (ema_) ema_->update(step_, skipped);
         accumulate(window.grad_norm_sum, at::nan_to_num(grad_norm, 0.0, 0.0, 0.0));  // finite norms only
-        window.step_norms.emplace_back(param_norms_, grad_params_);
+        if (graph_step) {
+          window.step_norms.emplace_back(graph->param_norms.defined() ? graph->param_norms.clone() : at::Tensor(), graph->grad_params);
+        } else {
+          window.step_norms.emplace_back(param_norms_, grad_params_);
+        }
         if (options_.detect_anomaly) check_parameters();
       }
       lap(clock, obs::Phase::kOptimizer);

@@ -307,6 +307,7 @@ const std::vector<BadInput>& rows() {
        false,
        {"{dir}/p.json"}},
       {"UsageBenchWithoutWhat", nothing, "bench threads=1", 2, {"bellows bench needs what to measure: data, or CONFIG --matrix"}},
+      {"ConfigCompileUnknown", nothing, "train compile=jit" + kRun, 2, {"'compile' must be one of [auto, cuda_graph, off], got 'jit'"}},
       {"UsageSelftestUnknownDevice", nothing, "selftest --device tpu", 2, {"--device: tpu not in {cpu,cuda,auto}"}},
       {"ConfigUnknownKeyInFile",
        [](const fs::path& d) { write_text(d / "run.yaml", "name: x\ntrain:\n  epoch: 3\n"); },

@@ -13,6 +13,13 @@ namespace bellows::app {
 // kConfig errors name the key: optim.betas not two values, ema.eval without ema.enabled.
 train::TrainerOptions trainer_options(const config::Config& config, const plan::Plan& plan);
 
+// The compile key (train/step_graph.h) for a trainer with options `o` and `world_size` processes: sets o.compile
+// ("cuda_graph" when asked for it, or when auto and step_graph_unfit finds nothing against it; else "off") and turns
+// out-of-memory recovery off under a graph unless train.oom_recovery is true (a captured step's memory is fixed).
+// Returns the plan row. What only the trainer knows (the batch-size finder's micro-batches, the checkpointed blocks,
+// the optimizer's fused kernels) it checks again at fit(), falling back with a message.
+plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOptions& o, std::int64_t world_size);
+
 // The dropout_masks key: parallel or torch.
 models::DropoutMasks dropout_masks_setting(const config::Config& config);
 

@@ -63,7 +63,13 @@ class Optimizer {
   // steps() counts the call either way.
   void step(const at::Tensor& found_inf = {});
   void zero_grad();                     // sets gradients to undefined (no memset, no memory held)
-  void set_lr(double lr) { lr_ = lr; }  // the schedule sets this before each step
+  void set_lr(double lr);                // the schedule sets this before each step (and fills the lr tensor, if any)
+  // From now on the fused kernels read the learning rate from a float32 tensor on `device` that set_lr fills, so a
+  // step captured into a CUDA graph (train/step_graph.h) follows the schedule on replay. Needs the fused kernels
+  // (kConfig error otherwise).
+  void use_lr_tensor(c10::Device device);
+  // The count of step() calls, for a step that ran as a graph: a replay runs no host code (the capture counted once).
+  void set_steps(std::int64_t steps) { step_count_ = steps; }
   double lr() const { return lr_; }
   std::int64_t steps() const { return step_count_; }  // calls of step(), skipped ones too (restored by load_state_dict)
   bool fused() const { return fused_; }               // which implementation was chosen
@@ -97,6 +103,7 @@ class Optimizer {
   OptimizerOptions options_;
   std::vector<ParamGroup> groups_;
   double lr_;
+  at::Tensor lr_tensor_;  // use_lr_tensor(): the learning rate on the parameters' device; undefined otherwise
   std::int64_t step_count_ = 0;
   bool fused_ = false;
   bool adam_ = false;       // adam or adamw (otherwise sgd)

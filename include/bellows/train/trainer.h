@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "bellows/train/ema.h"              // defines: Ema, EmaOptions
 #include "bellows/train/optimizer.h"        // defines: Optimizer, OptimizerOptions
 #include "bellows/train/schedule.h"         // defines: Schedule, ScheduleOptions
+#include "bellows/train/step_graph.h"       // defines: StepGraph
 #include "bellows/util/state_dict.h"        // defines: StateDict
 
 namespace bellows::train {
@@ -89,6 +91,16 @@ struct TrainerOptions {
   // which cost 20% of the demo's samples/s on 2 CPU ranks.
   bool oom_recovery = true;
   bool oom_recovery_with_ranks = false;
+  // Whole training steps as CUDA graphs (train/step_graph.h): "off" or "cuda_graph" (app resolves "auto"). With
+  // cuda_graph, fit() checks step_graph_unfit (a run that cannot is trained eagerly, the first message says why),
+  // runs kStepGraphWarmup steps eagerly on a side stream, captures the next one and replays it for every later step
+  // whose batch has the captured shapes (a batch with other shapes, e.g. a short last batch, runs eagerly). The
+  // learning rate then lives on the device (Optimizer::use_lr_tensor). In the step breakdown a replay is one
+  // phase, shown as forward.
+  std::string compile = "off";
+  // Stands in for make_cuda_step_graph and counts as a CUDA device for step_graph_unfit: the tests pass
+  // make_eager_step_graph to run everything around the graph on the CPU.
+  std::function<std::unique_ptr<StepGraph>()> step_graph_factory;
 };
 
 class Trainer {
@@ -147,6 +159,11 @@ class Trainer {
   struct Window;    // meters over one logging window
   struct StepUndo;  // the buffers and RNG states of before a step, to put back
   at::Tensor clip_gradients(const std::vector<at::Tensor>& params);  // the pre-clip norm, on the device
+  // After the step's backward passes: unscale, clip, the optimizer step (skipped on the device on non-finite
+  // gradients), zero_grad. Nothing waits for the device. Returns the pre-clip gradient norm and found_inf (1: skipped).
+  std::pair<at::Tensor, at::Tensor> optimizer_phase(const std::vector<at::Tensor>& params);
+  // Why this fit's steps cannot be CUDA graphs ("" when they can): step_graph_unfit over the options and state.
+  std::string step_graph_problem() const;
   void emit_step(Window& window, std::int64_t epoch, std::int64_t batch_in_epoch, std::int64_t batches_per_epoch);
   FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
   void lap(obs::PhaseClock& clock, obs::Phase phase);                     // clock.lap, remembering the phase

@@ -1,0 +1,78 @@
+// The CUDA graph of a training step (train/step_graph.h): warm-up and capture on a side stream, replay on the
+// current one. The graph's memory comes from its own pool of the caching allocator, kept until the graph goes.
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+
+#include "bellows/train/step_graph.h"
+#include "bellows/util/check.h"
+#include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
+
+namespace bellows::train {
+namespace {
+
+class CudaStepGraph final : public StepGraph {
+ public:
+  explicit CudaStepGraph(c10::Device device)
+      : device_(device), side_(c10::cuda::getStreamFromPool(false, device.index())) {}
+
+  void warm_up(const std::function<void()>& step) override { on_side_stream(step, /*capture=*/false); }
+  void capture(const std::function<void()>& step) override { on_side_stream(step, /*capture=*/true); }
+  void replay() override {
+    BELLOWS_CHECK(captured_, "replay() of a CUDA graph before capture()", "report this bug");
+    graph_.replay();
+  }
+  std::string kind() const override { return "cuda graph"; }
+
+ private:
+  // The side stream starts after the work queued so far and the current stream waits for what it did.
+  void on_side_stream(const std::function<void()>& step, bool capture) {
+    c10::cuda::CUDAGuard guard(device_);
+    const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent before, after;
+    before.record(current);
+    before.block(side_);
+    {
+      c10::cuda::CUDAStreamGuard on_side(side_);
+      if (capture) {
+        graph_.capture_begin();
+        try {
+          step();
+        } catch (...) {
+          try {
+            graph_.capture_end();  // ends the stream's capture mode; the partial graph is discarded with this object
+          } catch (...) {
+          }
+          throw;
+        }
+        graph_.capture_end();
+        captured_ = true;
+      } else {
+        step();
+      }
+    }
+    after.record(side_);
+    after.block(current);
+  }
+
+  c10::Device device_;
+  c10::cuda::CUDAStream side_;
+  at::cuda::CUDAGraph graph_;
+  bool captured_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraph> make_cuda_step_graph(c10::Device device) {
+  BELLOWS_CHECK_KIND(ErrorKind::kResource, device.is_cuda() && device.has_index(),
+                     fmt::format("compile: cuda_graph on {}: a CUDA graph needs a CUDA device with an index", device.str()), "set device: cuda:0");
+  return std::make_unique<CudaStepGraph>(device);
+}
+
+}  // namespace bellows::train
+
+namespace {
+const bool kRegisteredCudaStepGraph = bellows::util::register_cuda_unit("train/cuda_step_graph");  // util/cuda_units.h
+}  // namespace

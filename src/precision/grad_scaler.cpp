@@ -167,6 +167,11 @@ void GradScaler::update() {
   reset_step();
 }
 
+void GradScaler::abandon_step() {
+  reset_step();
+  last_found_ = at::Tensor();
+}
+
 void GradScaler::reset_step() {
   found_inf_.clear();
   step_found_ = at::Tensor();

@@ -76,6 +76,8 @@ class Policy final : public Precision {
     return found;
   }
 
+  void abandon_step() override { scaler_.abandon_step(); }
+
   std::int64_t skipped_steps() const override { return scaler_.skipped_steps(); }
 
   StepOutcome step(const std::vector<at::Tensor>& params, const std::function<void()>& optimizer_step) override {

@@ -779,7 +779,10 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
               // run goes on eagerly from this step, which did not run.
               message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
                                   step_ + 1, first_line_of(e.what())));
+              // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count.
               optimizer_->zero_grad();
+              precision_->abandon_step();
+              optimizer_->set_steps(optimizer_steps);
               graph.reset();
             }
           }

@@ -67,6 +67,9 @@ class GradScaler {
   // this step it counts as a clean step.
   void update();
 
+  // Forgets the step under way (found_inf, unscaled, stepped), for a step that did not run: a CUDA graph capture
+  // that failed part-way (train/step_graph.h). The scale, tracker and skip count are as they were.
+  void abandon_step();
   double get_scale() const;             // 1.0 when disabled; syncs with the scale's device
   std::int64_t growth_tracker() const;  // consecutive clean steps since the last growth or backoff
   std::int64_t skipped_steps() const;   // by step() and step_on_device(); the latter's are read from the device

@@ -56,6 +56,8 @@ class Precision {
   virtual at::Tensor step_on_device(const std::vector<at::Tensor>& params, const at::Tensor& nonfinite,
                                     const std::function<void(const at::Tensor&)>& optimizer_step) = 0;
 
+  // Forgets a step that did not run (a failed CUDA graph capture): the loss scaler's per-step state.
+  virtual void abandon_step() = 0;
   // Steps skipped on non-finite gradients so far (restored by load_state_dict); reads the device.
   virtual std::int64_t skipped_steps() const = 0;
 

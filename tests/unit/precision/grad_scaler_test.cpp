@@ -144,6 +144,26 @@ TEST(GradScaler, UnscaleIsIdempotentWithinAStep) {
   }
 }
 
+// A step that stopped part-way (a CUDA graph capture that failed in the optimizer) is forgotten: the next step
+// unscales and steps as if it had not been, with the same scale.
+TEST(GradScaler, AnAbandonedStepLeavesTheNextOneAsIfItHadNotBeen) {
+  GradScaler scaler;
+  std::vector<at::Tensor> params = {param({1, 2, 3})};
+  const at::Tensor truth = at::tensor({0.5f, -0.25f, 0.125f});
+  set_grad(params[0], truth * scaler.get_scale());
+  EXPECT_THROW(scaler.step_on_device(params, {}, [](const at::Tensor&) { throw std::runtime_error("capture refused an op"); }),
+               std::runtime_error);
+  scaler.abandon_step();
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  set_grad(params[0], truth * scaler.get_scale());
+  at::Tensor seen;
+  const at::Tensor found = scaler.step_on_device(params, {}, [&](const at::Tensor&) { seen = params[0].grad().clone(); });
+  EXPECT_TRUE(seen.equal(truth)) << "the gradients were not unscaled: the abandoned step's unscale_ was remembered";
+  EXPECT_EQ(found.item<float>(), 0.0f);
+  scaler.update();
+  EXPECT_EQ(scaler.skipped_steps(), 0);
+}
+
 TEST(GradScaler, ClippingAfterUnscaleSeesTrueGradientNorms) {
   GradScaler scaler;
   std::vector<at::Tensor> params = {param({0, 0}), param({0})};

@@ -98,9 +98,8 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
     } else {
       row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not applicable: model {} has no convolutions", model.name));
     }
-    const bool graphs = config::get_string(c, "compile") != "off";
-    row("cuda_graphs", graphs ? "compile=off" : "compile=cuda_graph", {graphs ? "compile=off" : "compile=cuda_graph"},
-        "CUDA graphs: less launch overhead");
+    const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
+    row("cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
   }
   return rows;
 }

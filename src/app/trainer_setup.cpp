@@ -75,14 +75,8 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
   }
   const std::string recovery = config::get_string(c, "train.oom_recovery");
   const std::vector<std::string> checkpointing = config::get_string_list(c, "checkpointing");
-  train::StepGraphConditions g;
-  g.cuda = o.device.is_cuda();
-  g.accumulation_steps = o.accumulation_steps;
-  g.ema = o.ema.has_value();
-  g.world_size = world_size;
-  g.detect_anomaly = o.detect_anomaly;
-  g.oom_recovery = recovery == "true";
-  g.fused_optimizer = o.optimizer.implementation != "foreach";
+  train::StepGraphConditions g = train::step_graph_conditions(o, world_size);
+  g.oom_recovery = recovery == "true";  // auto is turned off below when the steps are captured
   g.activation_checkpointing = !checkpointing.empty() && !(checkpointing.size() == 1 && checkpointing[0] == "auto");
   const std::string why = train::step_graph_unfit(g);
   if (!why.empty()) {

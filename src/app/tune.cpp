@@ -243,9 +243,9 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
     if (on_command_line(c, "compile")) {
       space.notes.push_back("compile: not searched (set on the command line)");
     } else {
-      const bool graphs = config::get_string(c, "compile") != "off";
-      space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", config::get_string(c, "compile")), {}},
-                                              {graphs ? "compile=off" : "compile=cuda_graph", {graphs ? "compile=off" : "compile=cuda_graph"}}}, false});
+      const std::string configured = config::get_string(c, "compile");
+      const std::string other = configured == "off" ? "compile=cuda_graph" : "compile=off";
+      space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", configured), {}}, {other, {other}}}, false});
     }
   }
   return space;

@@ -325,19 +325,20 @@ void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active,
   if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
   const auto fused_call = [&](at::TensorList params, at::TensorList grad_list, at::TensorList m, at::TensorList v, at::TensorList steps) {
     const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
+    const auto call = [&](const auto& lr) {  // the double, or the tensor overload
+      if (decoupled_) {
+        at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr, o.beta1, o.beta2, group.weight_decay, o.eps,
+                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+      } else {
+        at::_fused_adam_(params, grad_list, m, v, {}, steps, lr, o.beta1, o.beta2, group.weight_decay, o.eps,
+                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+      }
+    };
     // The learning rate as a device tensor when the step is a CUDA graph (use_lr_tensor), else a number.
-    if (decoupled_ && lr_tensor_.defined()) {
-      at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_tensor_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-    } else if (decoupled_) {
-      at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-    } else if (lr_tensor_.defined()) {
-      at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_tensor_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+    if (lr_tensor_.defined()) {
+      call(lr_tensor_);
     } else {
-      at::_fused_adam_(params, grad_list, m, v, {}, steps, lr_, o.beta1, o.beta2, group.weight_decay, o.eps,
-                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
+      call(lr_);
     }
   };
   if (fused_ && step_buffers_[g].defined() && uniform_dtype_[g] && active.size() == group.params.size()) {
@@ -396,12 +397,14 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
             momentum_buffer_[g][i] = at::empty_like(group.params[i], at::MemoryFormat::Preserve);
         }
         const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
+        const auto call = [&](const auto& lr) {  // the double, or the tensor overload (use_lr_tensor)
+          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr, o.dampening, o.nesterov, /*maximize=*/false,
+                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+        };
         if (lr_tensor_.defined()) {
-          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_tensor_, o.dampening, o.nesterov, /*maximize=*/false,
-                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+          call(lr_tensor_);
         } else {
-          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr_, o.dampening, o.nesterov, /*maximize=*/false,
-                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
+          call(lr_);
         }
         continue;
       }

@@ -70,8 +70,6 @@ bool same_layout(const data::Batch& a, const data::Batch& b) {
   return true;
 }
 
-std::string first_line_of(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 std::string layout_of(const data::Batch& b) {
   std::vector<std::string> parts;
   for (const auto& [name, t] : b.tensors) parts.push_back(fmt::format("{} {}", name, shape_of(t)));
@@ -326,19 +324,26 @@ std::pair<at::Tensor, at::Tensor> Trainer::optimizer_phase(const std::vector<at:
   return {grad_norm, skipped};
 }
 
-std::string Trainer::step_graph_problem() const {
+StepGraphConditions step_graph_conditions(const TrainerOptions& o, std::int64_t world_size) {
   StepGraphConditions c;
-  c.cuda = options_.device.is_cuda() || static_cast<bool>(options_.step_graph_factory);
-  c.accumulation_steps = options_.accumulation_steps;
+  c.cuda = o.device.is_cuda() || static_cast<bool>(o.step_graph_factory);
+  c.accumulation_steps = o.accumulation_steps;
+  c.ema = o.ema.has_value();
+  c.world_size = world_size;
+  c.detect_anomaly = o.detect_anomaly;
+  c.oom_recovery = o.oom_recovery;
+  c.fused_optimizer = o.optimizer.implementation != "foreach";
+  c.sessions = o.sessions;
+  return c;
+}
+
+std::string Trainer::step_graph_problem() const {
+  StepGraphConditions c = step_graph_conditions(options_, options_.strategy->world_size());
+  // What only the trainer knows: the batch-size finder's split, the optimizer's kernels, the checkpointed blocks.
   c.micro_split = micro_split_;
-  c.ema = static_cast<bool>(ema_);
-  c.world_size = options_.strategy->world_size();
-  c.detect_anomaly = options_.detect_anomaly;
-  c.oom_recovery = options_.oom_recovery;
   c.fused_optimizer = optimizer_->fused();
   const auto* blocks = dynamic_cast<const models::Checkpointable*>(model_.get());
   c.activation_checkpointing = blocks != nullptr && !blocks->checkpointed().empty();
-  c.sessions = options_.sessions;
   return step_graph_unfit(c);
 }
 
@@ -747,17 +752,19 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
         BELLOWS_CHECK(preloaded.has_value(), "the data source ended before its announced batch count", "report this bug");
         const data::Batch b = to_device(*preloaded, options_);
         lap(clock, obs::Phase::kCopy);
-        if (graph->inputs.tensors.empty()) {
+        const bool first = graph->inputs.tensors.empty();
+        const bool fits = first || same_layout(b, graph->inputs);
+        if (first) {
           graph->inputs = b;
           for (auto& [name, t] : graph->inputs.tensors) t = t.clone(at::MemoryFormat::Preserve);
-        } else if (same_layout(b, graph->inputs)) {
+        } else if (fits) {
           for (auto& [name, t] : graph->inputs.tensors) t.copy_(b.tensors.at(name), /*non_blocking=*/true);
         } else if (!graph->told_layout) {
           graph->told_layout = true;
           message(fmt::format("compile: cuda_graph: optimizer step {}'s batch ({}) has other shapes than the captured one ({}): such "
                               "steps run eagerly", step_ + 1, layout_of(b), layout_of(graph->inputs)));
         }
-        if (same_layout(b, graph->inputs)) {
+        if (fits) {
           optimizer_->set_lr(schedule_->lr(step_));  // into the device tensor the step reads
           const std::int64_t optimizer_steps = optimizer_->steps();
           if (graph->warmed < kStepGraphWarmup) {
@@ -773,12 +780,12 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
               graph->graph->replay();
               optimizer_->set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
               graph_step = true;
-            } catch (const std::exception& e) {
+            } catch (...) {
               if (graph->captured) throw;  // a replay that fails is the step's own error
               // An op the capture refused (one that reads a value back, or allocates outside the graph's pool): the
               // run goes on eagerly from this step, which did not run.
               message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
-                                  step_ + 1, first_line_of(e.what())));
+                                  step_ + 1, report_current_exception().message));
               // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count.
               optimizer_->zero_grad();
               precision_->abandon_step();

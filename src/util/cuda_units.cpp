@@ -34,4 +34,10 @@ std::vector<std::string> cuda_units() {
   return names;
 }
 
+const std::vector<std::string>& cuda_build_units() {
+  static const std::vector<std::string> units = {"app/selftest_cuda", "data/cuda_stager", "dist/nccl_backend", "hw/gpu_probe_cuda",
+                                                 "obs/cuda_memory", "train/cuda_step_graph"};
+  return units;
+}
+
 }  // namespace bellows::util

@@ -103,6 +103,10 @@ struct TrainerOptions {
   std::function<std::unique_ptr<StepGraph>()> step_graph_factory;
 };
 
+// The conditions of step_graph_unfit that options alone decide (micro_split 1, activation checkpointing off, the
+// fused optimizer unless optimizer.implementation is foreach); the trainer adds what it learns at fit().
+StepGraphConditions step_graph_conditions(const TrainerOptions& options, std::int64_t world_size);
+
 class Trainer {
  public:
   Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task> task, TrainerOptions options);

@@ -11,5 +11,7 @@ namespace bellows::util {
 
 bool register_cuda_unit(const char* name);  // returns true (for a static initialiser)
 std::vector<std::string> cuda_units();      // sorted; empty in a build without CUDA
+// What cuda_units() lists in a build with CUDA, sorted: a new CUDA-only source file is added here too.
+const std::vector<std::string>& cuda_build_units();
 
 }  // namespace bellows::util

@@ -1,7 +1,6 @@
 // The CUDA-only checks of `bellows selftest` (app/internal/selftest_cuda.h): streams, events, graphs, NCCL.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -10,9 +9,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "app/internal/selftest_cuda.h"
+#include "bellows/train/step_graph.h"  // defines: make_cuda_step_graph
 #include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 #include "dist/backend.h"
 
@@ -114,20 +113,12 @@ std::string cuda_graph_replay(c10::Device device) {
   const at::Tensor x = at::randn({256, 256}, options), y = at::randn({256, 64}, options);
   constexpr double kLr = 1e-3;
   constexpr int kSteps = 20;
-  // Warm-up on a side stream (the autograd engine and cuBLAS make their workspaces there), then capture one step.
-  const auto side = c10::cuda::getStreamFromPool(false, device.index());
-  at::cuda::CUDAEvent ready;
-  ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
-  ready.block(side);
-  at::cuda::CUDAGraph graph;
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
-    for (int i = 0; i < 3; ++i) mlp.step(x, y, kLr);
-    side.synchronize();
-    graph.capture_begin();
-    mlp.step(x, y, kLr);
-    graph.capture_end();
-  }
+  // The trainer's own graph (train/step_graph.h): warm-up on a side stream (the autograd engine and cuBLAS make their
+  // workspaces there), then one step captured.
+  const std::unique_ptr<train::StepGraph> graph = train::make_cuda_step_graph(device);
+  const auto step = [&] { mlp.step(x, y, kLr); };
+  for (std::int64_t i = 0; i < train::kStepGraphWarmup; ++i) graph->warm_up(step);
+  graph->capture(step);
   c10::cuda::device_synchronize();
   std::vector<at::Tensor> start;
   for (const auto& p : mlp.params) start.push_back(p.detach().clone());
@@ -136,7 +127,7 @@ std::string cuda_graph_replay(c10::Device device) {
     for (std::size_t i = 0; i < start.size(); ++i) mlp.params[i].copy_(start[i]);
   };
   const float graph_ms = time_ms([&] {
-    for (int i = 0; i < kSteps; ++i) graph.replay();
+    for (int i = 0; i < kSteps; ++i) graph->replay();
   });
   std::vector<at::Tensor> replayed;
   for (const auto& p : mlp.params) replayed.push_back(p.detach().clone());
@@ -158,29 +149,17 @@ std::string nccl_all_reduce() {
   const int gpus = static_cast<int>(c10::cuda::device_count());
   if (gpus < 2) throw SelftestSkip(fmt::format("{} GPU: an all-reduce over NCCL needs two", gpus));
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::string> errors(2);
   std::vector<int> right(2, 0);
   std::vector<float> ms(2, 0);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(r));
-        auto backend = dist::make_nccl_backend(store, r, 2, std::chrono::seconds(60));
-        std::vector<at::Tensor> t = {at::full({64 << 20}, static_cast<float>(r + 1), at::TensorOptions().device(c10::kCUDA, r))};
-        backend->allreduce(t)->wait();  // the first one sets NCCL up
-        t[0].fill_(static_cast<float>(r + 1));
-        ms[static_cast<std::size_t>(r)] = time_ms([&] { backend->allreduce(t)->wait(); });
-        right[static_cast<std::size_t>(r)] = t[0].eq(3.0f).all().item<bool>();
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-  for (const auto& e : errors) {
-    if (!e.empty()) throw SelftestFailure("NCCL all-reduce: " + e);
-  }
+  run_two_ranks("NCCL all-reduce", [&](int r) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(r));
+    auto backend = dist::make_nccl_backend(store, r, 2, std::chrono::seconds(60));
+    std::vector<at::Tensor> t = {at::full({64 << 20}, static_cast<float>(r + 1), at::TensorOptions().device(c10::kCUDA, r))};
+    backend->allreduce(t)->wait();  // the first one sets NCCL up
+    t[0].fill_(static_cast<float>(r + 1));
+    ms[static_cast<std::size_t>(r)] = time_ms([&] { backend->allreduce(t)->wait(); });
+    right[static_cast<std::size_t>(r)] = t[0].eq(3.0f).all().item<bool>();
+  });
   if (!right[0] || !right[1]) throw SelftestFailure("NCCL all-reduce of 1 + 2 did not give 3 everywhere");
   return fmt::format("NCCL, cuda:0 and cuda:1: 1 + 2 = 3 on all 64M elements; 256 MiB in {:.2f} ms", std::max(ms[0], ms[1]));
 }

@@ -5,6 +5,7 @@
 
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,10 @@ struct SelftestSkip : std::runtime_error {
 struct SelftestFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Runs fn(rank) for ranks 0 and 1 on two threads (the all-reduce checks); the first rank's exception becomes a
+// SelftestFailure "<what>: <its message>". Defined in selftest.cpp.
+void run_two_ranks(const std::string& what, const std::function<void(int rank)>& fn);
 
 // A pinned host buffer copied with non_blocking on a side stream while matrix products run on the compute stream,
 // timed with CUDA events: the fraction of the shorter of the two that was hidden behind the other.

@@ -26,10 +26,8 @@ void add_loader_keys(config::Schema& s) {
       .choices({"balanced"}).default_value(node("balanced"));
   s.add("data.num_samples", Type::kInt, "weighted sampler: draws per epoch (0: dataset size)").min(0).default_value(node(0));
   s.add("data.drop_last", Type::kBool, "drop the last incomplete batch").default_value(node(false));
-  s.add("data.workers", Type::kInt, "loading threads (0: in the training thread; -1: planned)").min(-1).default_value(node(-1));
   s.add("data.prefetch", Type::kInt, "batches loaded ahead of the training step (queue depth)").min(1).default_value(node(4));
   s.add("data.use_prefetch", Type::kBool, "load in background workers (false: synchronous, for comparison)").default_value(node(true));
-  s.add("data.pin_memory", Type::kString, "pinned host batches for asynchronous device copies").choices({"auto", "true", "false"}).default_value(node("auto"));
   s.add("data.pad_value", Type::kDouble, "padding of variable-length samples").default_value(node(0.0));
 }
 
@@ -105,12 +103,16 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
   return ms[ms.size() / 2];
 }
 
-Loaders make_loaders(const config::Config& c, plan::Plan& p, std::shared_ptr<data::StreamBuffer> stream, int rank, int world_size) {
+Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::shared_ptr<data::StreamBuffer> stream, int rank,
+                     int world_size) {
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
-  if (p.workers_planned && l.splits.train->size() > 0) {
-    plan::refine_workers(p, hw::HardwareInfo::get(), measure_batch_fetch_ms(*l.splits.train, loaded_batch_size(c, world_size)));
+  if (planned.workers_planned && l.splits.train->size() > 0) {
+    const double fetch_ms = measure_batch_fetch_ms(*l.splits.train, loaded_batch_size(c, world_size));
+    if (auto row = plan::refine_workers(planned, hw::HardwareInfo::get(), fetch_ms)) l.plan_rows.push_back(std::move(*row));
   }
+  plan::Plan p = planned;
+  p.revise(l.plan_rows);
   const data::LoaderOptions lo = loader_options(c, p, world_size);
   // Data parallel: rank r takes positions r, r + W, ... of the epoch's order, so W ranks with batch B step on
   // the samples one process with batch W*B would (padded by wrap-around to equal shares, as DistributedSampler).

@@ -20,18 +20,20 @@
 #include "bellows/ckpt/inspect.h"
 #include "bellows/data/stream_buffer.h"
 #include "bellows/data/tensor_dataset.h"
+#include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/activation_checkpoint.h"
 #include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
 #include "bellows/obs/tensorboard_sink.h"
+#include "bellows/train/step_graph.h"
 #include "bellows/train/trainer.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
 #include "bellows/util/format.h"
 #include "bellows/util/timer.h"
-#include "run_parts.h"
+#include "run_assembly.h"
 
 namespace bellows::app {
 namespace fs = std::filesystem;
@@ -109,81 +111,20 @@ void OnlineTrainer::construct(const config::Config& c) {
                        fmt::format("online training reads data.source: stream, the config has data.source: {} ({})",
                                    config::get_string(c, "data.source"), c.origin("data.source").str()),
                        "set data.source: stream; the program pushes the samples");
-  const std::string strategy = config::get_string(c, "dist.strategy");
-  BELLOWS_CHECK_CONFIG(strategy != "ddp", "online training runs in the calling process alone, but dist.strategy is ddp",
-                       "set dist.strategy: auto or single");
-
-  // --- plan: one process, whatever launcher started the host program (its ranks are the host's business) ---
-  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  p.plan = plan::resolve(plan_request(c), hw);
-  p.plan.entries.insert(p.plan.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
-  plan::apply(p.plan);  // on the compute thread: its thread count; the rest is process-wide
-  models::set_dropout_masks(dropout_masks_setting(c));
-  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
-  std::vector<std::string> notes;
-
-  // --- the buffer, the model (its sizes come from the config: no data exists yet) ---
-  buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
-  p.model = build_model(c, model_context_without_data(c), &notes);
-  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
-    const models::WeightImport w{init, "", config::get_bool(c, "init_weights_strict"), "model", "init_weights_strict"};
-    notes.push_back(import_note(w, import_weights(*p.model.module, w)));
-  }
-  const std::vector<std::string> patterns = config::get_string_list(c, "checkpointing");
-  if (!patterns.empty() && !(patterns.size() == 1 && patterns[0] == "auto")) {
-    models::apply_checkpointing(*p.model.module, patterns);
-  } else if (!patterns.empty()) {
-    notes.push_back("checkpointing: auto measures a step on the first batch of a run; online training has no data at the start "
-                    "and checkpoints no blocks (name them in checkpointing: to checkpoint some)");
-  }
-
-  if (config::is_word(c, "data.batch_size", "auto")) {
-    notes.push_back(fmt::format("data.batch_size: auto measures steps on the first batch of a run; online training has no data at the start: "
-                                "each batch of train.global_batch_size ({}) runs whole (out-of-memory recovery still splits it)",
-                                config::get_int(c, "train.global_batch_size")));
-  }
-
-  // --- the run directory, the trainer (sessions), its sinks ---
-  run_dir_ = make_run_dir(c);
-  train::TrainerOptions o = trainer_options(c, p.plan);
-  o.sessions = true;
-  if (const std::string compile = config::get_string(c, "compile"); compile != "off") {
-    notes.push_back(fmt::format("compile: {}: steps run eagerly: {}", compile, train::step_graph_unfit({.cuda = true, .sessions = true})));
-  }
-  o.stop_flag = &stop_;
-  o.checkpoint = checkpoint_options(c, run_dir_);
-  if (o.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one
-    o.checkpoint.dir = run_dir_ / "checkpoints";
-    o.checkpoint.every_n_steps = 0;
-    o.checkpoint.every_n_minutes = 0;
-    o.checkpoint.at_end = false;
-  }
-  o.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
-  o.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(p.plan.to_json())}};
-  set_flop_options(c, hw, p.plan, /*may_measure=*/true, o, notes);
-  p.trainer = std::make_unique<train::Trainer>(p.model.module, p.model.task, o);
-  write_file_atomically(run_dir_ / "config.resolved.yaml", c.to_yaml());
-  write_file_atomically(run_dir_ / "plan.json", p.plan.to_json());
-  p.trainer->set_run_info(config::get_string(c, "name"), run_dir_.string());
-  p.trainer->set_header(header_rows(hw, p.plan));
+  // The run assembled as `bellows train` assembles one (run_assembly.h), as sessions over pushed samples.
+  AssemblyOptions o;
+  o.online = true;
   const std::string console = config::get_string(c, "online.console");
-  if (console != "none") p.trainer->add_sink(std::make_shared<obs::ConsoleSink>(console == "stderr" ? stderr : stdout));
-  p.trainer->add_sink(std::make_shared<obs::JsonlSink>(run_dir_ / "metrics.jsonl"));
-  if (config::get_bool(c, "log.tensorboard")) p.trainer->add_sink(std::make_shared<obs::TensorBoardSink>(run_dir_));
-  p.trainer->add_sink(p.latest);
-  for (const auto& note : notes) p.trainer->message(note);
-
-  // --- resume: auto (the newest valid checkpoint of this run, if any) or a path ---
-  const std::string resume = config::get_string(c, "resume");
-  if (resume == "auto") {
-    std::vector<std::string> skipped;
-    const auto from = ckpt::find_latest_valid(run_dir_ / "checkpoints", &skipped);
-    for (const auto& s : skipped) p.trainer->message(fmt::format("warning: skipped checkpoint {}", s));
-    if (from) restore_here(*from);
-    else p.trainer->message(fmt::format("resume auto: no valid checkpoint in {}; starting untrained", (run_dir_ / "checkpoints").string()));
-  } else if (!resume.empty()) {
-    restore_here(resume);
-  }
+  o.console = console == "none" ? nullptr : console == "stderr" ? stderr : stdout;
+  o.sinks = {p.latest};
+  o.stop_flag = &stop_;
+  buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
+  AssembledRun a = assemble_run(c, o);
+  p.plan = std::move(a.plan);
+  p.model = std::move(a.model);
+  p.trainer = std::move(a.trainer);
+  run_dir_ = a.run_dir;
+  if (a.resume_from) restore_here(*a.resume_from);
 }
 
 // The thread that does all of the trainer's LibTorch work: building, sessions, predictions, checkpoints.

@@ -3,9 +3,13 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/profiles.h"
-#include "bellows/app/tune.h"
+#include "bellows/app/run.h"
+#include "bellows/app/trainer_setup.h"
+#include "bellows/app/tuned_plan.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/data/build.h"
+#include "bellows/dist/registry.h"
+#include "bellows/obs/sink_registry.h"
 #include "bellows/models/registry.h"
 #include "bellows/precision/precision.h"
 
@@ -47,111 +51,31 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
   s.add("output_dir", Type::kString, "directory that holds run directories").default_value(node("runs"));
   s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
-  // plan
-  s.add("device", Type::kString, "auto | cpu | cuda | cuda:N").default_value(node("auto"));
-  std::vector<std::string> precisions = {"auto"};
-  for (const auto& p : precision::precision_names()) precisions.push_back(p);
-  s.add("precision", Type::kString, "numeric precision policy").choices(precisions).default_value(node("auto"));
-  s.add("threads", Type::kInt, "intra-op CPU threads (0: one per usable core)").min(0).default_value(node(0));
-  s.add("deterministic", Type::kBool, "deterministic algorithms and cuDNN; bitwise-reproducible runs").default_value(node(false));
-  s.add("cudnn_benchmark", Type::kString, "let cuDNN time its algorithms").choices({"auto", "true", "false"}).default_value(node("auto"));
+  // The keys bound to options structs (config/binding.h): the plan's (run.h), the trainer's (trainer_setup.h)
+  add_plan_keys(s);
+  add_trainer_keys(s);
   s.add("dropout_masks", Type::kString, "dropout masks: parallel (Philox, filled in parallel on the CPU) or torch (at::dropout's draws, as PyTorch)")
       .choices({"parallel", "torch"}).default_value(node("parallel"));
-  s.add("cpu_allocator", Type::kString, "freed CPU memory: auto/retain (kept for the next step), system (glibc's trimming)")
-      .choices({"auto", "retain", "system"}).default_value(node("auto"));
-  s.add("channels_last", Type::kBool, "NHWC memory format for 4-D tensors (convolutional models)").default_value(node(false));
   // Off by default until a GPU run has been recorded (docs/gpu.md): the captured step has only run on the CPU twin.
   s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (where the run allows it), cuda_graph, or off")
       .choices({"auto", "cuda_graph", "off"}).default_value(node("off"));
-  // dist: data parallel over c10d when a launcher started several processes (bellows launch, torchrun, srun, mpirun)
-  s.add("dist.strategy", Type::kString, "auto (ddp when the environment names several processes), single or ddp")
-      .choices({"auto", "single", "ddp"}).default_value(node("auto"));
-  s.add("dist.backend", Type::kString, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
-      .choices({"auto", "gloo", "nccl"}).default_value(node("auto"));
-  s.add("dist.bucket_mb", Type::kDouble, "gradient all-reduce bucket size, MiB").min(0.001).default_value(node(25.0));
-  s.add("dist.broadcast_buffers", Type::kBool, "rank 0's buffers (BatchNorm statistics) to every rank before each step and evaluation")
-      .default_value(node(true));
-  s.add("dist.timeout_s", Type::kDouble, "longest wait for the other ranks (rendezvous, every collective) before failing")
-      .min(1).default_value(node(300.0));
-  // train
-  s.add("train.epochs", Type::kInt, "passes over the training data").min(1).default_value(node(1));
-  s.add("train.max_steps", Type::kInt, "stop after this many optimizer steps (0: no limit)").min(0).default_value(node(0));
-  s.add("train.accumulation_steps", Type::kInt, "micro-batches per optimizer step").min(1).default_value(node(1));
+  // dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
+  std::vector<std::string> strategies = {"auto"};
+  for (const auto& name : dist::strategy_names()) strategies.push_back(name);
+  s.add("dist.strategy", Type::kString, "how replicas meet: auto (one process: single; several started by a launcher: ddp), or a "
+        "registered strategy").choices(strategies).default_value(node("auto"));
+  for (const auto& entry : dist::strategy_entries()) {
+    if (entry.add_keys) entry.add_keys(s);
+  }
   s.add("train.global_batch_size", Type::kInt, "samples per optimizer step over all ranks (0: data.batch_size x accumulation x ranks); "
         "required by data.batch_size: auto, checked against them otherwise").min(0).default_value(node(0));
-  s.add("train.clip_max_norm", Type::kDouble, "clip the global gradient L2 norm (0: off)").min(0).default_value(node(0.0));
-  s.add("train.clip_value", Type::kDouble, "clamp gradient elements to [-v, v] (0: off)").min(0).default_value(node(0.0));
-  s.add("train.log_every_n_steps", Type::kInt, "optimizer steps between logged records").min(1).default_value(node(10));
-  s.add("train.eval_every_n_steps", Type::kInt, "optimizer steps between evaluations (0: each epoch end)").min(0).default_value(node(0));
   s.add("cpu_tensor_limit_mb", Type::kDouble, "CPU tensor allocations past this many MB fail as out of memory (0: no limit): emulate a "
         "smaller machine, or test out-of-memory handling").min(0).default_value(node(0.0));
-  s.add("train.on_nonfinite", Type::kString, "a step with NaN/Inf gradients is skipped and named (step, first parameter); then "
-        "stop the run (exit 3) or skip on; auto: stop, except under fp16-mixed, whose loss scaler skips such steps by design")
-      .choices({"auto", "stop", "skip"})
-      .default_value(node("auto"));
-  s.add("train.detect_anomaly", Type::kBool, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
-        "waits for the device; slower backward)").default_value(node(false));
-  s.add("train.oom_recovery", Type::kString, "an out-of-memory error in a step halves the micro-batch, doubles the micro-batches per "
-        "optimizer step and runs the step again (same samples, same effective batch); auto: with one process (with several every "
-        "step waits for the ranks to agree: 20% slower measured on the demo), true: also with several, false: stop with exit 4")
-      .choices({"auto", "true", "false"}).default_value(node("auto"));
-  s.add("train.freeze", Type::kStringList, "parameter name globs to freeze").default_value(YAML::Load("[]"));
-  // optimizer
-  s.add("optim.type", Type::kString, "optimizer").choices({"adamw", "adam", "sgd"}).default_value(node("adamw"));
-  s.add("optim.lr", Type::kDouble, "peak learning rate").min(0).default_value(node(1e-3));
-  s.add("optim.betas", Type::kDoubleList, "Adam betas").min(0).max(0.999999).default_value(YAML::Load("[0.9, 0.999]"));
-  s.add("optim.eps", Type::kDouble, "Adam epsilon").min(0).default_value(node(1e-8));
-  s.add("optim.weight_decay", Type::kDouble, "weight decay (not applied to biases and norms)").min(0).default_value(node(0.01));
-  s.add("optim.momentum", Type::kDouble, "SGD momentum").min(0).default_value(node(0.0));
-  s.add("optim.nesterov", Type::kBool, "SGD Nesterov momentum").default_value(node(false));
-  s.add("optim.dampening", Type::kDouble, "SGD dampening").min(0).max(1).default_value(node(0.0));
-  s.add("optim.implementation", Type::kString, "kernel choice").choices({"auto", "fused", "foreach"}).default_value(node("auto"));
-  s.add("optim.no_decay", Type::kStringList, "name substrings exempt from weight decay").default_value(YAML::Load("[bias, norm, bn, ln]"));
-  // schedule
-  s.add("schedule.type", Type::kString, "LR schedule after warmup")
-      .choices({"cosine", "linear", "step", "constant", "plateau"}).default_value(node("constant"));
-  s.add("schedule.warmup_steps", Type::kInt, "linear warmup steps").min(0).default_value(node(0));
-  s.add("schedule.warmup_start_factor", Type::kDouble, "warmup starts at this fraction of lr").min(0).max(1).default_value(node(0.0));
-  s.add("schedule.total_steps", Type::kInt, "cosine/linear: decay length (0: the whole run)").min(0).default_value(node(0));
-  s.add("schedule.min_lr_factor", Type::kDouble, "final lr as a fraction of lr").min(0).max(1).default_value(node(0.0));
-  s.add("schedule.step_size", Type::kInt, "step: steps between decays").min(1).default_value(node(1000));
-  s.add("schedule.gamma", Type::kDouble, "step: decay factor").min(1e-12).max(1).default_value(node(0.1));
-  s.add("schedule.factor", Type::kDouble, "plateau: decay factor").min(0).max(0.999999).default_value(node(0.1));
-  s.add("schedule.mode", Type::kString, "plateau: whether the monitored metric should fall or rise (auto: the task says)")
-      .choices({"auto", "min", "max"}).default_value(node("auto"));
-  s.add("schedule.patience", Type::kInt, "plateau: evaluations without improvement").min(0).default_value(node(10));
-  s.add("schedule.threshold", Type::kDouble, "plateau: relative improvement that counts").min(0).default_value(node(1e-4));
-  // ema
-  s.add("ema.enabled", Type::kBool, "keep an exponential moving average of the weights").default_value(node(false));
-  s.add("ema.decay", Type::kDouble, "EMA decay").min(0).max(1).default_value(node(0.999));
-  s.add("ema.every_n_steps", Type::kInt, "optimizer steps between EMA updates").min(1).default_value(node(1));
-  s.add("ema.start_step", Type::kInt, "first optimizer step averaged").min(0).default_value(node(0));
-  s.add("ema.eval", Type::kBool, "evaluate with the EMA weights").default_value(node(false));
-  // loss scaling (fp16-mixed)
-  s.add("scaler.init_scale", Type::kDouble, "initial loss scale").min(1).default_value(node(65536.0));
-  s.add("scaler.growth_factor", Type::kDouble, "scale growth").min(1).default_value(node(2.0));
-  s.add("scaler.backoff_factor", Type::kDouble, "scale backoff on inf/NaN").min(1e-6).max(1).default_value(node(0.5));
-  s.add("scaler.growth_interval", Type::kInt, "clean steps before growth").min(1).default_value(node(2000));
   add_loader_keys(s);
   data::add_dataset_keys(s);
-  // checkpoints
-  s.add("checkpoint.enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints").default_value(node(true));
-  s.add("checkpoint.every_n_steps", Type::kInt, "optimizer steps between checkpoints (0: not by steps)").min(0).default_value(node(0));
-  s.add("checkpoint.every_n_minutes", Type::kDouble, "minutes between checkpoints (0: not by time)").min(0).default_value(node(0.0));
-  s.add("checkpoint.keep_last", Type::kInt, "checkpoints kept (0: all)").min(0).default_value(node(3));
-  s.add("checkpoint.keep_best", Type::kBool, "also keep the one with the best monitored metric").default_value(node(true));
-  s.add("checkpoint.at_end", Type::kBool, "write one when the run finishes").default_value(node(true));
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
   s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)").default_value(node(""));
   s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
-  // profiler trace
-  s.add("profile.enabled", Type::kBool, "write a Chrome trace of some training steps to <run dir>/trace.json").default_value(node(false));
-  s.add("profile.start_step", Type::kInt, "optimizer steps before the trace starts (skip warm-up)").min(0).default_value(node(5));
-  s.add("profile.steps", Type::kInt, "optimizer steps traced").min(1).default_value(node(3));
-  s.add("profile.window", Type::kString, "N-M: trace optimizer steps N to M (from 1); sets profile.enabled, start_step and steps")
-      .default_value(node(""));
-  s.add("profile.record_shapes", Type::kBool, "record operator input shapes").default_value(node(true));
-  s.add("profile.memory", Type::kBool, "record tensor allocations").default_value(node(false));
   s.add("checkpointing", Type::kStringList,
         "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
       .default_value(YAML::Load("[]"));
@@ -160,8 +84,9 @@ config::Schema run_schema(const std::string& model_name) {
         "same samples per step)").default_value(YAML::Load("[]"));
   s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
       .min(0).default_value(node(0.0));
-  s.add("log.tensorboard", Type::kBool, "write TensorBoard event files (events.out.tfevents.*) into the run directory")
-      .default_value(node(true));
+  for (const auto& sink : obs::sink_entries()) {  // the switches of the registered sinks (obs/sink_registry.h)
+    if (!sink.key.empty()) s.add(sink.key, Type::kBool, sink.help).default_value(node(sink.on_by_default));
+  }
   s.add("log.flops", Type::kBool, "count a training step's FLOPs from its ops' shapes and report achieved GFLOP/s and MFU "
         "against the cached measured matmul peak (measured once per machine)").default_value(node(true));
   s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")

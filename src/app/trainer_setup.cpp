@@ -1,76 +1,200 @@
-// The trainer's options of a run; see trainer_setup.h.
+// The trainer's keys and options of a run; see trainer_setup.h. Each options struct is bound to its keys once
+// (config/binding.h): the declarations below are the schema, the defaults and the reads.
 #include "bellows/app/trainer_setup.h"
 
 #include <fmt/format.h>
 
-#include "bellows/config/schema.h"  // defines: get_int, get_double, ...
+#include <algorithm>
+
+#include "bellows/config/binding.h"    // defines: Binding
+#include "bellows/train/graph_step.h"  // defines: step_graph_conditions
 #include "bellows/util/check.h"
 
 namespace bellows::app {
+namespace {
+
+using config::Binding;
+using config::Type;
+
+Binding<train::OptimizerOptions> optimizer_binding() {
+  using O = train::OptimizerOptions;
+  Binding<O> b("optim.");
+  b.key("type", &O::type, "optimizer").choices({"adamw", "adam", "sgd"});
+  b.key("lr", &O::lr, "peak learning rate").min(0);
+  b.custom("betas", Type::kDoubleList, "Adam betas", [](const config::Config& c, const std::string& key, O& o) {
+     const auto betas = config::get_double_list(c, key);
+     BELLOWS_CHECK_CONFIG(betas.size() == 2, fmt::format("{} has {} values, expected 2 ({})", key, betas.size(), c.origin(key).str()),
+                          "write optim.betas: [0.9, 0.999]");
+     o.beta1 = betas[0];
+     o.beta2 = betas[1];
+   }).min(0).max(0.999999).default_value(YAML::Load(fmt::format("[{}, {}]", O{}.beta1, O{}.beta2)));
+  b.key("eps", &O::eps, "Adam epsilon").min(0);
+  b.key("weight_decay", &O::weight_decay, "weight decay (not applied to biases and norms)").min(0);
+  b.key("momentum", &O::momentum, "SGD momentum").min(0);
+  b.key("nesterov", &O::nesterov, "SGD Nesterov momentum");
+  b.key("dampening", &O::dampening, "SGD dampening").min(0).max(1);
+  b.key("implementation", &O::implementation, "kernel choice").choices({"auto", "fused", "foreach"});
+  b.key("no_decay", &O::no_decay_patterns, "name substrings exempt from weight decay");
+  return b;
+}
+
+Binding<train::ScheduleOptions> schedule_binding() {
+  using S = train::ScheduleOptions;
+  Binding<S> b("schedule.");
+  // A config's run keeps its rate unless it names a schedule (the struct's cosine is for C++ callers that set total_steps).
+  b.key("type", &S::type, "LR schedule after warmup").choices({"cosine", "linear", "step", "constant", "plateau"}).default_value(YAML::Node("constant"));
+  b.key("warmup_steps", &S::warmup_steps, "linear warmup steps").min(0);
+  b.key("warmup_start_factor", &S::warmup_start_factor, "warmup starts at this fraction of lr").min(0).max(1);
+  b.key("total_steps", &S::total_steps, "cosine/linear: decay length (0: the whole run)").min(0);
+  b.key("min_lr_factor", &S::min_lr_factor, "final lr as a fraction of lr").min(0).max(1);
+  b.key("step_size", &S::step_size, "step: steps between decays").min(1);
+  b.key("gamma", &S::gamma, "step: decay factor").min(1e-12).max(1);
+  b.key("factor", &S::factor, "plateau: decay factor").min(0).max(0.999999);
+  b.key("mode", &S::mode, "plateau: whether the monitored metric should fall or rise (auto: the task says)")
+      .choices({"auto", "min", "max"}).default_value(YAML::Node("auto"));
+  b.key("patience", &S::patience, "plateau: evaluations without improvement").min(0);
+  b.key("threshold", &S::threshold, "plateau: relative improvement that counts").min(0);
+  return b;
+}
+
+Binding<precision::GradScalerOptions> scaler_binding() {
+  using G = precision::GradScalerOptions;
+  Binding<G> b("scaler.");
+  b.key("init_scale", &G::init_scale, "initial loss scale").min(1);
+  b.key("growth_factor", &G::growth_factor, "scale growth").min(1);
+  b.key("backoff_factor", &G::backoff_factor, "scale backoff on inf/NaN").min(1e-6).max(1);
+  b.key("growth_interval", &G::growth_interval, "clean steps before growth").min(1);
+  return b;
+}
+
+// The trainer's keys: train.* (minus what the data and the plan read), optim.*, schedule.*, scaler.*, ema.*.
+const Binding<train::TrainerOptions>& trainer_binding() {
+  using T = train::TrainerOptions;
+  static const Binding<T> binding = [] {
+    Binding<T> b("");
+    b.key("train.epochs", &T::epochs, "passes over the training data").min(1);
+    b.key("train.max_steps", &T::max_steps, "stop after this many optimizer steps (0: no limit)").min(0);
+    b.key("train.accumulation_steps", &T::accumulation_steps, "micro-batches per optimizer step").min(1);
+    b.key("train.clip_max_norm", &T::clip_max_norm, "clip the global gradient L2 norm (0: off)").min(0);
+    b.key("train.clip_value", &T::clip_value, "clamp gradient elements to [-v, v] (0: off)").min(0);
+    b.key("train.log_every_n_steps", &T::log_every_n_steps, "optimizer steps between logged records").min(1);
+    b.key("train.eval_every_n_steps", &T::eval_every_n_steps, "optimizer steps between evaluations (0: each epoch end)").min(0);
+    b.key("train.on_nonfinite", &T::on_nonfinite, train::on_nonfinite_names(),
+          "a step with NaN/Inf gradients is skipped and named (step, first parameter); then stop the run (exit 3) or skip on; "
+          "auto: stop, except under fp16-mixed, whose loss scaler skips such steps by design");
+    b.key("train.detect_anomaly", &T::detect_anomaly, "stop at the first NaN/Inf with the step, phase and tensor that held it (each step "
+          "waits for the device; slower backward)");
+    b.custom("train.oom_recovery", Type::kString, "an out-of-memory error in a step halves the micro-batch, doubles the micro-batches per "
+             "optimizer step and runs the step again (same samples, same effective batch); auto: with one process (with several every "
+             "step waits for the ranks to agree: 20% slower measured on the demo), true: also with several, false: stop with exit 4",
+             [](const config::Config& c, const std::string& key, T& o) {
+               const std::string v = config::get_string(c, key);
+               o.oom_recovery = v != "false";
+               o.oom_recovery_with_ranks = v == "true";
+             }).choices({"auto", "true", "false"}).default_value(YAML::Node("auto"));
+    b.key("train.freeze", &T::freeze, "parameter name globs to freeze");
+    b.nest(&T::optimizer, optimizer_binding());
+    b.nest(&T::schedule, schedule_binding());
+    // EMA: an optional of the trainer's; its keys are read into it when ema.enabled (they come after it).
+    b.custom("ema.enabled", Type::kBool, "keep an exponential moving average of the weights", [](const config::Config& c, const std::string& key, T& o) {
+       if (config::get_bool(c, key)) o.ema = train::EmaOptions{};
+     }).default_value(YAML::Node(false));
+    const train::EmaOptions ema;
+    b.custom("ema.decay", Type::kDouble, "EMA decay", [](const config::Config& c, const std::string& key, T& o) {
+       if (o.ema) o.ema->decay = config::get_double(c, key);
+     }).min(0).max(1).default_value(YAML::Node(ema.decay));
+    b.custom("ema.every_n_steps", Type::kInt, "optimizer steps between EMA updates", [](const config::Config& c, const std::string& key, T& o) {
+       if (o.ema) o.ema->every_n_steps = config::get_int(c, key);
+     }).min(1).default_value(YAML::Node(ema.every_n_steps));
+    b.custom("ema.start_step", Type::kInt, "first optimizer step averaged", [](const config::Config& c, const std::string& key, T& o) {
+       if (o.ema) o.ema->start_step = config::get_int(c, key);
+     }).min(0).default_value(YAML::Node(ema.start_step));
+    b.custom("ema.eval", Type::kBool, "evaluate with the EMA weights", [](const config::Config& c, const std::string& key, T& o) {
+       o.eval_with_ema = config::get_bool(c, key);
+       BELLOWS_CHECK_CONFIG(o.ema || !o.eval_with_ema, fmt::format("ema.eval is true but ema.enabled is false ({})", c.origin(key).str()),
+                            "set ema.enabled: true, or drop ema.eval");
+     }).default_value(YAML::Node(false));
+    b.nest(&T::scaler, scaler_binding());
+    return b;
+  }();
+  return binding;
+}
+
+const Binding<train::CheckpointOptions>& checkpoint_binding() {
+  using C = train::CheckpointOptions;
+  static const Binding<C> binding = [] {
+    Binding<C> b("checkpoint.");
+    b.custom("enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints", [](const config::Config&, const std::string&, C&) {})
+        .default_value(YAML::Node(true));  // read by checkpoint_options: the directory
+    b.key("every_n_steps", &C::every_n_steps, "optimizer steps between checkpoints (0: not by steps)").min(0);
+    b.key("every_n_minutes", &C::every_n_minutes, "minutes between checkpoints (0: not by time)").min(0);
+    b.key("keep_last", &C::keep_last, "checkpoints kept (0: all)").min(0);
+    b.key("keep_best", &C::keep_best, "also keep the one with the best monitored metric");
+    b.key("at_end", &C::at_end, "write one when the run finishes");
+    return b;
+  }();
+  return binding;
+}
+
+// profile.window "N-M" (--profile N-M): optimizer steps N to M, counted from 1, traced.
+void read_profile_window(const config::Config& c, const std::string& key, obs::ProfileOptions& po) {
+  const std::string window = config::get_string(c, key);
+  if (window.empty()) return;
+  const auto dash = window.find('-');
+  std::int64_t first = 0, last = 0;
+  bool ok = dash != std::string::npos;
+  try {
+    std::size_t used = 0;
+    if (ok) first = std::stoll(window.substr(0, dash), &used), ok = used == dash;
+    if (ok) last = std::stoll(window.substr(dash + 1), &used), ok = used == window.size() - dash - 1;
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  BELLOWS_CHECK_CONFIG(ok && first >= 1 && last >= first,
+                       fmt::format("{} is '{}' ({}), expected N-M with 1 <= N <= M", key, window, c.origin(key).str()),
+                       "give the optimizer steps to trace, counted from 1: --profile 5-7");
+  po.enabled = true;
+  po.start_step = first - 1;
+  po.steps = last - first + 1;
+}
+
+const Binding<obs::ProfileOptions>& profile_binding() {
+  using P = obs::ProfileOptions;
+  static const Binding<P> binding = [] {
+    Binding<P> b("profile.");
+    b.key("enabled", &P::enabled, "write a Chrome trace of some training steps to <run dir>/trace.json");
+    b.key("start_step", &P::start_step, "optimizer steps before the trace starts (skip warm-up)").min(0);
+    b.key("steps", &P::steps, "optimizer steps traced").min(1);
+    b.custom("window", Type::kString, "N-M: trace optimizer steps N to M (from 1); sets profile.enabled, start_step and steps",
+             read_profile_window).default_value(YAML::Node(""));  // after enabled, start_step and steps: it sets them
+    b.key("record_shapes", &P::record_shapes, "record operator input shapes");
+    b.key("memory", &P::profile_memory, "record tensor allocations");
+    return b;
+  }();
+  return binding;
+}
+
+}  // namespace
+
+void add_trainer_keys(config::Schema& s) {
+  trainer_binding().declare(s);
+  checkpoint_binding().declare(s);
+  profile_binding().declare(s);
+}
 
 train::TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
-  train::TrainerOptions o;
+  train::TrainerOptions o = trainer_binding().read(c);
   o.device = p.device;
   o.precision = p.precision;
   o.channels_last = p.channels_last;
   o.non_blocking = p.pin_memory;
-  o.scaler.init_scale = config::get_double(c, "scaler.init_scale");
-  o.scaler.growth_factor = config::get_double(c, "scaler.growth_factor");
-  o.scaler.backoff_factor = config::get_double(c, "scaler.backoff_factor");
-  o.scaler.growth_interval = config::get_int(c, "scaler.growth_interval");
-  o.epochs = config::get_int(c, "train.epochs");
-  o.max_steps = config::get_int(c, "train.max_steps");
-  o.accumulation_steps = config::get_int(c, "train.accumulation_steps");
-  o.clip_max_norm = config::get_double(c, "train.clip_max_norm");
-  o.clip_value = config::get_double(c, "train.clip_value");
-  o.log_every_n_steps = config::get_int(c, "train.log_every_n_steps");
-  o.eval_every_n_steps = config::get_int(c, "train.eval_every_n_steps");
-  o.freeze = config::get_string_list(c, "train.freeze");
-  o.detect_anomaly = config::get_bool(c, "train.detect_anomaly");
-  const std::string oom_recovery = config::get_string(c, "train.oom_recovery");
-  o.oom_recovery = oom_recovery != "false";
-  o.oom_recovery_with_ranks = oom_recovery == "true";
-  o.on_nonfinite = config::get_string(c, "train.on_nonfinite");
-  auto& opt = o.optimizer;
-  opt.type = config::get_string(c, "optim.type");
-  opt.lr = config::get_double(c, "optim.lr");
-  const auto betas = config::get_double_list(c, "optim.betas");
-  BELLOWS_CHECK_CONFIG(betas.size() == 2, fmt::format("optim.betas has {} values, expected 2 ({})", betas.size(), c.origin("optim.betas").str()),
-                       "write optim.betas: [0.9, 0.999]");
-  opt.beta1 = betas[0];
-  opt.beta2 = betas[1];
-  opt.eps = config::get_double(c, "optim.eps");
-  opt.weight_decay = config::get_double(c, "optim.weight_decay");
-  opt.momentum = config::get_double(c, "optim.momentum");
-  opt.nesterov = config::get_bool(c, "optim.nesterov");
-  opt.dampening = config::get_double(c, "optim.dampening");
-  opt.implementation = config::get_string(c, "optim.implementation");
-  opt.no_decay_patterns = config::get_string_list(c, "optim.no_decay");
-  auto& sch = o.schedule;
-  sch.type = config::get_string(c, "schedule.type");
-  sch.warmup_steps = config::get_int(c, "schedule.warmup_steps");
-  sch.warmup_start_factor = config::get_double(c, "schedule.warmup_start_factor");
-  sch.total_steps = config::get_int(c, "schedule.total_steps");
-  sch.min_lr_factor = config::get_double(c, "schedule.min_lr_factor");
-  sch.step_size = config::get_int(c, "schedule.step_size");
-  sch.gamma = config::get_double(c, "schedule.gamma");
-  sch.factor = config::get_double(c, "schedule.factor");
-  sch.patience = config::get_int(c, "schedule.patience");
-  sch.threshold = config::get_double(c, "schedule.threshold");
-  sch.mode = config::get_string(c, "schedule.mode");
-  if (config::get_bool(c, "ema.enabled")) {
-    o.ema = train::EmaOptions{config::get_double(c, "ema.decay"), config::get_int(c, "ema.every_n_steps"), config::get_int(c, "ema.start_step")};
-    o.eval_with_ema = config::get_bool(c, "ema.eval");
-  }
-  BELLOWS_CHECK_CONFIG(o.ema || !config::get_bool(c, "ema.eval"), fmt::format("ema.eval is true but ema.enabled is false ({})", c.origin("ema.eval").str()),
-                       "set ema.enabled: true, or drop ema.eval");
   return o;
 }
 
 plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& o, std::int64_t world_size) {
   const std::string asked = config::get_string(c, "compile");
   if (asked == "off") {
-    o.compile = "off";
+    o.compile = train::Compile::kOff;
     return {"compile", "off", "steps run eagerly (compile: auto or cuda_graph captures whole steps as CUDA graphs)"};
   }
   const std::string recovery = config::get_string(c, "train.oom_recovery");
@@ -81,10 +205,10 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
   const std::string why = train::step_graph_unfit(g);
   if (!why.empty()) {
     // Asked for by name, the trainer says again why it trains eagerly; auto just does.
-    o.compile = asked == "cuda_graph" ? "cuda_graph" : "off";
+    o.compile = asked == "cuda_graph" ? train::Compile::kCudaGraph : train::Compile::kOff;
     return {"compile", "off", fmt::format("{}: {}", asked == "auto" ? "auto" : "cuda_graph cannot be used", why)};
   }
-  o.compile = "cuda_graph";
+  o.compile = train::Compile::kCudaGraph;
   if (recovery == "auto") o.oom_recovery = false;
   return {"compile", "cuda_graph",
           fmt::format("{}whole steps as CUDA graphs after {} warm-up steps (no host sync in a step; a batch of other shapes runs eagerly){}",
@@ -94,6 +218,19 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
 
 models::DropoutMasks dropout_masks_setting(const config::Config& c) {
   return config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch : models::DropoutMasks::kParallel;
+}
+
+train::CheckpointOptions checkpoint_options(const config::Config& c, const std::filesystem::path& dir) {
+  if (!config::get_bool(c, "checkpoint.enabled")) return {};
+  train::CheckpointOptions co = checkpoint_binding().read(c);
+  co.dir = dir / "checkpoints";
+  return co;
+}
+
+obs::ProfileOptions profile_options(const config::Config& c, const std::filesystem::path& dir) {
+  obs::ProfileOptions po = profile_binding().read(c);
+  po.path = dir / "trace.json";
+  return po;
 }
 
 }  // namespace bellows::app

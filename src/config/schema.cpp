@@ -1,6 +1,7 @@
 // Schema declaration, validation (every problem collected, then one kConfig error) and typed getters.
 // Every message starts with the origin of the value it is about, so that an editor or a reader can jump there.
 #include "bellows/config/schema.h"
+#include "bellows/config/binding.h"  // defines: detail::word_index
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -276,19 +277,37 @@ Schema::KeyBuilder& Schema::KeyBuilder::or_words(std::vector<std::string> w) {
 }
 
 Schema::KeyBuilder Schema::add(const std::string& key, Type type, const std::string& help) {
+  KeySpec spec;
+  spec.key = key;
+  spec.type = type;
+  spec.help = help;
+  add(spec);
+  return KeyBuilder(keys_.at(key));
+}
+
+void Schema::add(const KeySpec& spec) {
+  const std::string& key = spec.key;
   BELLOWS_CHECK(!detail::split_key(key).empty(), fmt::format("schema key '{}' is not a dotted name", key), "");
   BELLOWS_CHECK(!keys_.count(key), fmt::format("schema key '{}' is declared twice", key), "");
-  for (const auto& [existing, spec] : keys_) {
+  for (const auto& [existing, declared] : keys_) {
     BELLOWS_CHECK(
         !under(existing, key) && !under(key, existing),
         fmt::format("schema key '{}' conflicts with '{}': a key cannot hold both a value and keys", key, existing), "");
   }
-  KeySpec& spec = keys_[key];
-  spec.key = key;
-  spec.type = type;
-  spec.help = help;
-  return KeyBuilder(spec);
+  keys_.emplace(key, spec);
 }
+
+namespace detail {
+
+std::size_t word_index(const Config& c, const std::string& key, const std::vector<std::string>& words) {
+  const std::string value = get_string(c, key);
+  const auto it = std::find(words.begin(), words.end(), value);
+  BELLOWS_CHECK_CONFIG(it != words.end(), fmt::format("'{}' is '{}' ({}), expected one of {}", key, value, c.origin(key).str(), fmt::join(words, ", ")),
+                       "set it to one of those");
+  return static_cast<std::size_t>(it - words.begin());
+}
+
+}  // namespace detail
 
 void Schema::alias(const std::string& flag, const std::string& key) {
   BELLOWS_CHECK(flag.starts_with("--") && flag.size() > 2 && flag.find('=') == std::string::npos,

@@ -186,7 +186,18 @@ std::filesystem::path peaks_cache_file(const HardwareInfo& info) {
 
 }  // namespace
 
-void store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks) {
+namespace {
+
+nlohmann::json protocol_json(const MeasureOptions& o) {
+  return {{"matmul_size", o.matmul_size}, {"copy_bytes", o.copy_bytes}, {"min_seconds", o.min_seconds}, {"trials", o.trials}};
+}
+
+}  // namespace
+
+bool is_standard(const MeasureOptions& o) { return protocol_json(o) == protocol_json(MeasureOptions{}); }
+
+bool store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks, const MeasureOptions& options) {
+  if (!is_standard(options)) return false;
   nlohmann::json j = nlohmann::json::array();
   for (const auto& p : peaks) {
     j.push_back({{"name", p.name}, {"device", p.device}, {"value", p.value}, {"unit", p.unit}, {"method", p.method},
@@ -195,22 +206,27 @@ void store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& p
   const std::filesystem::path file = peaks_cache_file(info);
   try {
     std::filesystem::create_directories(file.parent_path());
-    write_file_atomically(file, j.dump(1) + "\n");
+    write_file_atomically(file, nlohmann::json({{"protocol", protocol_json(options)}, {"peaks", j}}).dump(1) + "\n");
+    return true;
   } catch (const std::exception&) {  // a cache that cannot be written: the next run measures again
+    return false;
   }
 }
 
-CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing, const MeasureOptions& options) {
+CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing) {
   CachedPeaks c;
   c.file = peaks_cache_file(info);
   try {
     std::ifstream in(c.file);
     if (in) {
       const nlohmann::json j = nlohmann::json::parse(in);
-      for (const auto& e : j) {
-        c.peaks.push_back(PeakMeasurement{e.at("name").get<std::string>(), e.at("device").get<std::string>(), e.at("value").get<double>(),
-                                          e.at("unit").get<std::string>(), e.at("method").get<std::string>(),
-                                          e.at("supported").get<bool>()});
+      // Only the standard measurement: a file without its options (an older format) or with others counts as none.
+      if (j.is_object() && j.value("protocol", nlohmann::json()) == protocol_json(MeasureOptions{})) {
+        for (const auto& e : j.at("peaks")) {
+          c.peaks.push_back(PeakMeasurement{e.at("name").get<std::string>(), e.at("device").get<std::string>(), e.at("value").get<double>(),
+                                            e.at("unit").get<std::string>(), e.at("method").get<std::string>(),
+                                            e.at("supported").get<bool>()});
+        }
       }
     }
   } catch (const std::exception&) {  // unreadable or from another version: measured again
@@ -218,21 +234,17 @@ CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing, cons
   }
   if (!c.peaks.empty() || !measure_if_missing) return c;
   const auto start = std::chrono::steady_clock::now();
-  c.peaks = measure_peaks(info, options);
+  const MeasureOptions standard;  // the runs' peaks are measured one way
+  c.peaks = measure_peaks(info, standard);
   c.seconds = seconds_since(start);
   c.measured_now = true;
-  store_peaks(info, c.peaks);
+  store_peaks(info, c.peaks, standard);
   return c;
 }
 
-std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& precision,
+std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& name,
                                       const std::string& device) {
-  std::string name;
-  if (precision == "fp32") name = "matmul_fp32";
-  else if (precision == "tf32") name = "matmul_fp32_tf32";
-  else if (precision == "bf16-mixed") name = "matmul_bf16";
-  else if (precision == "fp16-mixed") name = "matmul_fp16";
-  else return std::nullopt;
+  if (name.empty()) return std::nullopt;
   for (const auto& p : peaks) {
     if (p.name == name && p.device == device && p.supported && p.value > 0) return MatmulPeak{p.value * 1e9, name};
   }

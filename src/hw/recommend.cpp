@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "bellows/hw/hardware_info.h"
+#include "bellows/hw/recommendation.h"
 
 namespace bellows::hw {
 namespace {
@@ -59,20 +60,33 @@ void recommend_cpu(const CpuInfo& cpu, int cores, std::vector<Recommendation>& o
 
 }  // namespace
 
+precision::DeviceFacts device_facts(const CpuInfo& cpu) {
+  precision::DeviceFacts d;
+  d.who = "CPU";
+  d.bf16 = cpu.isa.avx512_bf16 || cpu.isa.amx_bf16;
+  if (d.bf16) d.bf16_units = cpu_bf16_units(cpu.isa);
+  d.fp16 = cpu.isa.avx512_fp16;
+  return d;
+}
+
+precision::DeviceFacts device_facts(const GpuInfo& gpu) {
+  precision::DeviceFacts d;
+  d.cuda = true;
+  d.who = gpu_label(gpu);
+  d.bf16 = gpu.bf16;
+  d.fp16 = gpu.fp16_tensor_cores;
+  d.tf32 = gpu.tf32;
+  return d;
+}
+
 Recommendation recommend_precision(const GpuInfo& gpu) {
-  const std::string who = gpu_label(gpu);
-  if (gpu.bf16) return {"precision", "bf16-mixed", who + " has bf16 tensor cores (sm_80+); bf16 keeps fp32's range, so no loss scaling is needed"};
-  if (gpu.fp16_tensor_cores) {
-    return {"precision", "fp16-mixed", who + " has fp16 tensor cores but no bf16 (needs sm_80); fp16 needs dynamic loss scaling to keep small gradients"};
-  }
-  return {"precision", "fp32", who + " has no tensor cores (needs sm_70); mixed precision would not be faster"};
+  const precision::AutoPrecision pick = precision::auto_precision(device_facts(gpu));
+  return {"precision", pick.entry->name, pick.reason};
 }
 
 Recommendation recommend_precision(const CpuInfo& cpu) {
-  if (cpu.isa.avx512_bf16 || cpu.isa.amx_bf16) {
-    return {"precision", "bf16-mixed", "CPU has " + cpu_bf16_units(cpu.isa) + ": native bf16 dot products that oneDNN uses for matmuls and convolutions under autocast"};
-  }
-  return {"precision", "fp32", "CPU lacks AVX512_BF16 and AMX-BF16: bf16 would be converted in software and run slower than fp32"};
+  const precision::AutoPrecision pick = precision::auto_precision(device_facts(cpu));
+  return {"precision", pick.entry->name, pick.reason};
 }
 
 std::vector<Recommendation> recommend(const HardwareInfo& info) {

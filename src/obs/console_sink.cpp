@@ -1,5 +1,6 @@
 // Console sink; see console_sink.h.
 #include "bellows/obs/console_sink.h"
+#include "bellows/obs/sink_registry.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -108,5 +109,23 @@ void ConsoleSink::on_run_end(const RunEnd& end) {
              format_table(end.summary));
   std::fflush(out_);
 }
+
+namespace {
+
+// The console sink of every run that has a terminal stream (`bellows train`: stdout; online training: online.console).
+SinkEntry console_sink_entry() {
+  SinkEntry e;
+  e.name = "console";
+  e.help = "the progress bar (a terminal) or plain lines, and the summary table";
+  e.order = 0;
+  e.make = [](const SinkContext& c) -> std::shared_ptr<Sink> {
+    return c.console != nullptr ? std::make_shared<ConsoleSink>(c.console, c.tty) : nullptr;
+  };
+  return e;
+}
+
+const SinkRegistrar kConsoleSinkRegistered(console_sink_entry());
+
+}  // namespace
 
 }  // namespace bellows::obs

@@ -1,5 +1,6 @@
 // metrics.jsonl sink; see jsonl_sink.h.
 #include "bellows/obs/jsonl_sink.h"
+#include "bellows/obs/sink_registry.h"
 
 #include <fmt/format.h>
 
@@ -69,5 +70,21 @@ void JsonlSink::on_run_end(const RunEnd& end) {
   for (const auto& [k, v] : end.summary) summary[k] = v;
   write_line(nlohmann::json({{"type", "end"}, {"interrupted", end.interrupted}, {"summary", summary}}).dump());
 }
+
+namespace {
+
+// <run dir>/metrics.jsonl: every record, message and the run's end, one JSON object a line.
+SinkEntry jsonl_sink_entry() {
+  SinkEntry e;
+  e.name = "jsonl";
+  e.help = "every record, message and the run's end as JSON lines in <run dir>/metrics.jsonl";
+  e.order = 1;
+  e.make = [](const SinkContext& c) -> std::shared_ptr<Sink> { return std::make_shared<JsonlSink>(c.run_dir / "metrics.jsonl"); };
+  return e;
+}
+
+const SinkRegistrar kJsonlSinkRegistered(jsonl_sink_entry());
+
+}  // namespace
 
 }  // namespace bellows::obs

@@ -74,6 +74,7 @@ void PhaseClock::lap(Phase phase) {
     host_ms_[static_cast<std::size_t>(phase)] += std::chrono::duration<double, std::milli>(now - last_).count();
   }
   last_ = now;
+  last_phase_ = phase;
   if (events_) {
     if (events_->events.empty()) events_->record();
     events_->record();

@@ -10,6 +10,7 @@
 //    there. Scalars need four field types, a few lines each; the tensorboard package reads the result in a test.
 //  - the TFRecord framing and its masked CRC-32C: a few lines that no Debian library provides on their own.
 #include "bellows/obs/tensorboard_sink.h"
+#include "bellows/obs/sink_registry.h"
 
 #include <unistd.h>
 
@@ -149,5 +150,21 @@ void TensorBoardSink::on_eval(const EvalRecord& r) {
   for (const auto& [key, value] : r.values) scalars.emplace_back("eval/" + key, value);
   write_scalars(r.step, scalars);
 }
+
+namespace {
+
+SinkEntry tensorboard_sink_entry() {
+  SinkEntry e;
+  e.name = "tensorboard";
+  e.help = "write TensorBoard event files (events.out.tfevents.*) into the run directory";
+  e.order = 2;
+  e.key = "log.tensorboard";
+  e.make = [](const SinkContext& c) -> std::shared_ptr<Sink> { return std::make_shared<TensorBoardSink>(c.run_dir); };
+  return e;
+}
+
+const SinkRegistrar kTensorBoardSinkRegistered(tensorboard_sink_entry());
+
+}  // namespace
 
 }  // namespace bellows::obs

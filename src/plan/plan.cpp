@@ -1,7 +1,8 @@
 // Resolves a PlanRequest against the hardware report; see plan.h.
 #include "bellows/plan/plan.h"
 
-#include "bellows/precision/precision.h"
+#include "bellows/hw/recommendation.h"  // defines: device_facts
+#include "bellows/precision/registry.h"   // defines: find_precision, auto_precision
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -76,37 +77,24 @@ void resolve_device(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& pl
 }
 
 void resolve_precision(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
-  const auto& names = precision::precision_names();  // the policies' one table (precision/precision.h)
+  const std::vector<std::string> names = precision::precision_names();  // the registered policies (precision/registry.h)
   BELLOWS_CHECK_CONFIG(req.precision == "auto" || std::find(names.begin(), names.end(), req.precision) != names.end(),
                        fmt::format("precision is '{}', expected one of auto, {}", req.precision, fmt::join(names, ", ")),
                        "pick one of those");
   const bool cuda = plan.device.is_cuda();
-  if (req.precision != "auto") {
-    plan.precision = req.precision;
-    std::string reason = "requested";
-    if (!cuda && req.precision == "tf32") reason = "requested; TF32 exists on CUDA only, so on the CPU this computes in fp32";
-    if (!cuda && req.precision == "bf16-mixed" && !hw.cpu.isa.avx512_bf16 && !hw.cpu.isa.amx_bf16) {
-      reason = "requested; this CPU has no native bf16 (AVX512_BF16/AMX), so bf16 is emulated and may be slower than fp32";
-    }
-    if (!cuda && req.precision == "fp16-mixed") {
-      reason = hw.cpu.isa.avx512_fp16
-                   ? "requested; the CPU has AVX512_FP16, but LibTorch's CPU kernels mostly convert fp16 to fp32; bf16-mixed "
-                     "is the CPU's mixed precision"
-                   : "requested; this CPU has no fp16 arithmetic (AVX512_FP16): fp16 is converted around fp32 kernels and "
-                     "can be many times slower than fp32; use bf16-mixed or fp32 on the CPU";
-    }
-    if (cuda) {
-      const auto* gpu = gpu_at(hw, plan.device.index());
-      if (gpu && req.precision == "bf16-mixed" && !gpu->bf16) reason = "requested; this GPU has no bf16 tensor cores (needs sm_80)";
-    }
-    plan.entries.push_back({"precision", plan.precision, reason});
-    return;
-  }
   const hw::GpuInfo* gpu = cuda ? gpu_at(hw, plan.device.index()) : nullptr;
   BELLOWS_CHECK(!cuda || gpu != nullptr, "the planned CUDA device is not in the hardware report", "report this bug");
-  const hw::Recommendation rec = gpu ? hw::recommend_precision(*gpu) : hw::recommend_precision(hw.cpu);
-  plan.precision = rec.value;
-  plan.entries.push_back({"precision", rec.value, rec.reason});
+  const precision::DeviceFacts device = gpu ? hw::device_facts(*gpu) : hw::device_facts(hw.cpu);
+  if (req.precision != "auto") {
+    plan.precision = req.precision;
+    const precision::PrecisionEntry& policy = precision::find_precision(req.precision);
+    const std::string caveat = policy.caveat ? policy.caveat(device) : std::string();
+    plan.entries.push_back({"precision", plan.precision, caveat.empty() ? "requested" : "requested; " + caveat});
+    return;
+  }
+  const precision::AutoPrecision pick = precision::auto_precision(device);
+  plan.precision = pick.entry->name;
+  plan.entries.push_back({"precision", plan.precision, pick.reason});
 }
 
 // glibc gives freed memory back to the OS (heap trimming; blocks above the mmap threshold are unmapped on free)
@@ -224,19 +212,31 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   return plan;
 }
 
-void refine_workers(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms) {
-  if (!plan.workers_planned) return;
-  auto entry = std::find_if(plan.entries.begin(), plan.entries.end(), [](const PlanEntry& e) { return e.key == "workers"; });
+std::optional<PlanEntry> refine_workers(const Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms) {
+  if (!plan.workers_planned) return std::nullopt;
+  const auto entry = std::find_if(plan.entries.begin(), plan.entries.end(), [](const PlanEntry& e) { return e.key == "workers"; });
   BELLOWS_CHECK(entry != plan.entries.end(), "the plan has no workers entry", "report this bug");
+  PlanEntry row = *entry;
   const int cores = std::max(1, hw.cpu.usable_cpus);
   if (plan.workers > 0 && plan.device.is_cpu() && plan.threads >= cores && batch_fetch_ms < kCheapBatchMs) {
-    plan.workers = 0;
-    entry->value = "0";
-    entry->reason = fmt::format("a batch takes {:.2f} ms to fetch (measured): cheaper in the training thread than a loader "
-                                "thread competing with {} compute thread(s) for {} core(s)", batch_fetch_ms, plan.threads, cores);
-    return;
+    row.value = "0";
+    row.reason = fmt::format("a batch takes {:.2f} ms to fetch (measured): cheaper in the training thread than a loader "
+                             "thread competing with {} compute thread(s) for {} core(s)", batch_fetch_ms, plan.threads, cores);
+    return row;
   }
-  entry->reason += fmt::format("; a batch takes {:.2f} ms to fetch (measured)", batch_fetch_ms);
+  row.reason += fmt::format("; a batch takes {:.2f} ms to fetch (measured)", batch_fetch_ms);
+  return row;
+}
+
+void Plan::revise(const PlanEntry& row) {
+  const auto it = std::find_if(entries.begin(), entries.end(), [&](const PlanEntry& e) { return e.key == row.key; });
+  if (it == entries.end()) entries.push_back(row);
+  else *it = row;
+  if (row.key == "workers") workers = std::stoi(row.value);
+}
+
+void Plan::revise(const std::vector<PlanEntry>& rows) {
+  for (const auto& row : rows) revise(row);
 }
 
 void apply(const Plan& plan) {

@@ -1,7 +1,8 @@
-// The four precision policies as one class driven by a small table: which autocast dtype (if any), which TF32
-// setting (if any), and whether the loss is scaled. All of them skip the optimizer step on non-finite gradients:
-// fp16 through an enabled GradScaler, the others through a disabled one, whose check is the caller's flag
-// (step_on_device: the trainer's gradient norm) or, in step(), the ATen unscale kernel with inv_scale = 1.
+// The precision-policy registry (registry.h) and the standard policy: one class driven by an entry's fields (which
+// autocast dtype, if any; which TF32 setting, if any; whether the loss is scaled). Every policy skips the optimizer
+// step on non-finite gradients: fp16 through an enabled GradScaler, the others through a disabled one, whose check is
+// the caller's flag (step_on_device: the trainer's gradient norm) or, in step(), the ATen unscale kernel with
+// inv_scale = 1. The policies themselves register from src/precision/policies/.
 #include "bellows/precision/precision.h"
 
 #include <ATen/Context.h>
@@ -9,56 +10,45 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <optional>
+#include <algorithm>
 
 #include "bellows/util/check.h"
+#include "bellows/util/registry.h"
 #include "bellows/util/suggest.h"
 
 namespace bellows::precision {
 namespace {
 
-struct PolicySpec {
-  const char* name;
-  std::optional<c10::ScalarType> autocast;  // none: fp32 compute
-  std::optional<bool> tf32;                 // none: configure_backends() leaves TF32 as it is
-  bool loss_scaling;
-};
+Registry<PrecisionEntry>& policies() {  // function-local: registrars in other files may run first
+  static Registry<PrecisionEntry> r("precision policy");
+  return r;
+}
 
-// fp32 turns TF32 off explicitly: cuDNN convolutions default to TF32 on in PyTorch.
-// The mixed policies leave TF32 alone: their matmuls run in bf16/fp16 and the rest is the user's choice.
-constexpr PolicySpec kPolicies[] = {
-    {"fp32", std::nullopt, false, false},
-    {"tf32", std::nullopt, true, false},
-    {"bf16-mixed", at::kBFloat16, std::nullopt, false},
-    {"fp16-mixed", at::kHalf, std::nullopt, true},
-};
-
-GradScalerOptions scaler_options_for(const PolicySpec& spec, GradScalerOptions options) {
-  if (!spec.loss_scaling) options.enabled = false;  // inf/NaN check only
+GradScalerOptions scaler_options_for(const PrecisionEntry& entry, GradScalerOptions options) {
+  if (!entry.scales_loss) options.enabled = false;  // inf/NaN check only
   return options;
 }
 
-class Policy final : public Precision {
+class StandardPolicy final : public Precision {
  public:
-  Policy(const PolicySpec& spec, c10::Device device, const GradScalerOptions& scaler_options)
-      : spec_(spec), device_(device), scaler_(scaler_options_for(spec, scaler_options)) {}
+  StandardPolicy(const PrecisionEntry& entry, c10::Device device, const GradScalerOptions& scaler_options)
+      : entry_(entry), device_(device), scaler_(scaler_options_for(entry, scaler_options)) {}
 
-  std::string name() const override { return spec_.name; }
-  c10::ScalarType autocast_dtype() const override { return spec_.autocast.value_or(at::kFloat); }
+  const PrecisionEntry& entry() const override { return entry_; }
 
   void configure_backends() const override {
-    if (!spec_.tf32) return;
+    if (!entry_.tf32) return;
     // These flags only steer CUDA (cuBLAS matmul, cuDNN convolution); on a CPU-only run they change nothing,
     // and CPU matmuls stay IEEE fp32 under "tf32". The legacy setters, not setFloat32Precision: 2.13 still
     // supports them (they are not deprecated in ATen/Context.h), and mixing the legacy and the new API makes
     // the legacy getters throw, which other code (hw/peaks.cpp, user code) still calls.
-    at::globalContext().setAllowTF32CuBLAS(*spec_.tf32);
-    at::globalContext().setAllowTF32CuDNN(*spec_.tf32);
+    at::globalContext().setAllowTF32CuBLAS(*entry_.tf32);
+    at::globalContext().setAllowTF32CuDNN(*entry_.tf32);
   }
 
   std::unique_ptr<AutocastGuard> autocast() const override {
-    if (spec_.autocast) return std::make_unique<AutocastGuard>(device_.type(), *spec_.autocast, true);
-    // fp32/tf32: an fp32 region, even inside an outer autocast; nothing to switch where autocast does not exist.
+    if (entry_.autocast) return std::make_unique<AutocastGuard>(device_.type(), *entry_.autocast, true);
+    // Full precision: an fp32 region, even inside an outer autocast; nothing to switch where autocast does not exist.
     if (!at::autocast::is_autocast_available(device_.type())) return nullptr;
     return std::make_unique<AutocastGuard>(device_.type(), at::kFloat, false);
   }
@@ -98,33 +88,63 @@ class Policy final : public Precision {
   void load_state_dict(const StateDict& state) override { scaler_.load_state_dict(state); }
 
  private:
-  PolicySpec spec_;
+  const PrecisionEntry& entry_;  // the registry's: its entries live as long as the process
   c10::Device device_;
   GradScaler scaler_;
 };
 
 }  // namespace
 
-const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const PolicySpec& spec : kPolicies) v.emplace_back(spec.name);
-    return v;
-  }();
+void register_precision(PrecisionEntry entry) { policies().add(std::move(entry)); }
+
+std::vector<PrecisionEntry> precision_entries() {
+  std::vector<PrecisionEntry> all = policies().all();
+  std::stable_sort(all.begin(), all.end(), [](const PrecisionEntry& a, const PrecisionEntry& b) { return a.order < b.order; });
+  return all;
+}
+
+std::vector<std::string> precision_names() {
+  std::vector<std::string> names;
+  for (const auto& e : precision_entries()) names.push_back(e.name);
   return names;
 }
 
-std::unique_ptr<Precision> make_precision(const std::string& name, c10::Device device,
-                                          const GradScalerOptions& scaler_options) {
-  for (const PolicySpec& spec : kPolicies) {
-    if (name == spec.name) return std::make_unique<Policy>(spec, device, scaler_options);
-  }
-  const std::string valid = fmt::format("{}", fmt::join(precision_names(), ", "));
-  BELLOWS_CHECK_CONFIG(name != "auto", "precision 'auto' reached make_precision unresolved",
+const PrecisionEntry& find_precision(const std::string& name) {
+  const std::vector<std::string> names = precision_names();
+  const std::string valid = fmt::format("{}", fmt::join(names, ", "));
+  BELLOWS_CHECK_CONFIG(name != "auto", "precision 'auto' reached the precision policies unresolved",
                        "resolve the plan first (plan::resolve turns auto into one of: " + valid + ")");
-  const auto close = closest_match(name, precision_names());
-  BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("unknown precision '{}' (valid: {})", name, valid),
-               close ? fmt::format("did you mean '{}'?", *close) : "set precision to one of: " + valid);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    const auto close = closest_match(name, names);
+    BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("unknown precision '{}' (valid: {})", name, valid),
+                 close ? fmt::format("did you mean '{}'?", *close) : "set precision to one of: " + valid);
+  }
+  return policies().find(name);
+}
+
+AutoPrecision auto_precision(const DeviceFacts& device) {
+  AutoPrecision best;
+  int preference = 0;
+  for (const PrecisionEntry& e : precision_entries()) {
+    if (e.auto_preference <= preference || !e.auto_reason) continue;
+    if (std::optional<std::string> reason = e.auto_reason(device)) {
+      best = {&find_precision(e.name), std::move(*reason)};
+      preference = e.auto_preference;
+    }
+  }
+  BELLOWS_CHECK(best.entry != nullptr, fmt::format("no precision policy is chosen by auto on {}", device.who),
+                "register a policy whose auto_reason always gives a reason (fp32's does)");
+  return best;
+}
+
+std::string Precision::name() const { return entry().name; }
+c10::ScalarType Precision::autocast_dtype() const { return entry().autocast.value_or(at::kFloat); }
+bool Precision::scales_loss() const { return entry().scales_loss; }
+
+std::unique_ptr<Precision> make_precision(const std::string& name, c10::Device device, const GradScalerOptions& scaler_options) {
+  const PrecisionEntry& entry = find_precision(name);
+  if (entry.make) return entry.make(entry, device, scaler_options);
+  return std::make_unique<StandardPolicy>(entry, device, scaler_options);
 }
 
 }  // namespace bellows::precision

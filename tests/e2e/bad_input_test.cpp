@@ -260,6 +260,11 @@ const std::string kNetcdf =
     kRun;
 const std::string kImages = "train '{dir}/images.yaml'" + kRun;
 const std::string kText = "train data.source=text_pairs data.path='{dir}/pairs.tsv' data.batch_size=2" + kRun;
+// A tool (doctor, plan, bench --matrix) on the CSV run, in the command's own words before the keys.
+std::string kToolCsv(const std::string& command) {
+  return command + " data.source=csv data.path='{dir}/table.csv' data.csv.targets=[y] model.in_features=2 data.batch_size=4 threads=1 "
+                   "data.val_fraction=0";
+}
 const std::string kCheckpoint = "{dir}/src/demo/checkpoints/step-000000004";
 const std::string kResume =
     "train --output-dir '{dir}/runs' train.max_steps=6 model.hidden=[8]" + std::string(kDemoData) + " --resume ";
@@ -359,6 +364,17 @@ const std::vector<BadInput>& rows() {
 
       // --- CSV (exit 3): the file, the line, the column ---
       {"CsvMissingFile", nothing, kCsv, 3, {"{dir}/table.csv: no such file"}},
+      {"CsvPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kCsv, 3,
+       {"{dir}/table.csv: is a directory, not a CSV file"}},
+      // The tools that measure trials of the configured run end with that run's error, code and hint (as train does).
+      {"DoctorDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kToolCsv("doctor --budget 4s"), 3,
+       {"{dir}/table.csv: is a directory, not a CSV file", "give the path of the CSV/TSV file"}},
+      {"PlanDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); },
+       kToolCsv("plan --budget 4s --out '{dir}/tuned.json'"), 3, {"{dir}/table.csv: is a directory, not a CSV file"}, false,
+       {"{dir}/tuned.json"}},
+      {"MatrixDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); },
+       kToolCsv("bench --matrix --rounds 1 --trial-seconds 0.5s --out '{dir}/matrix'"), 3,
+       {"{dir}/table.csv: is a directory, not a CSV file"}, false, {"{dir}/matrix/matrix.json"}},
       {"CsvEmptyFile",
        [](const fs::path& d) { write_text(d / "table.csv", ""); },
        kCsv,

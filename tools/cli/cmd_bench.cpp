@@ -9,8 +9,8 @@
 #include <iostream>
 
 #include "bellows/hw/hardware_info.h"
-#include "bellows/app/bench_data.h"
-#include "bellows/app/bench_matrix.h"
+#include "bellows/lab/bench_data.h"
+#include "bellows/lab/bench_matrix.h"
 #include "bellows/app/run.h"
 #include "bellows/app/schema.h"
 #include "bellows/obs/bar_chart.h"
@@ -45,7 +45,7 @@ std::vector<std::int64_t> parse_list(const std::string& flag, const std::string&
 int run_matrix(std::vector<std::string> args) {
   BELLOWS_CHECK_USAGE(take_flag(args, "--matrix"), "bellows bench needs what to measure: data, or CONFIG --matrix",
                       "bellows bench data [CONFIG] (the data pipeline), bellows bench [CONFIG] --matrix (each optimization on and off)");
-  app::MatrixOptions options;
+  lab::MatrixOptions options;
   const bool json = take_flag(args, "--json");
   if (const auto r = take_flag_value(args, "--rounds")) options.rounds = static_cast<int>(parse_count("--rounds", *r));
   if (const auto s = take_flag_value(args, "--trial-seconds")) options.trial_seconds = parse_duration("--trial-seconds", *s);
@@ -53,7 +53,7 @@ int run_matrix(std::vector<std::string> args) {
   const auto [file, overrides] = split_config_args(args);
   const config::Config config = app::resolve_config(file, overrides);
   options.stop_flag = stop_on_signals();
-  const app::MatrixReport report = app::bench_matrix(config, options);
+  const lab::MatrixReport report = lab::bench_matrix(config, options);
   std::filesystem::create_directories(out);
   write_file_atomically(out / "matrix.json", report.to_json().dump(2) + "\n");
   const obs::BarChart chart = report.chart();
@@ -80,7 +80,7 @@ Action register_bench(CLI::App& app) {
   return [bench, data]() {
     if (!bench->parsed()) return -1;
     if (!data->parsed()) return run_matrix(bench->remaining());
-    app::DataBenchOptions options;
+    lab::DataBenchOptions options;
     bool json = false;
     std::vector<std::string> rest;
     const std::vector<std::string> args = data->remaining();
@@ -102,7 +102,7 @@ Action register_bench(CLI::App& app) {
     const config::Config config = app::resolve_config(file, overrides);
     const plan::Plan plan = plan::resolve(app::plan_request(config), hw::HardwareInfo::get());
     plan::apply(plan);
-    const app::DataBenchReport report = app::bench_data(config, plan, options);
+    const lab::DataBenchReport report = lab::bench_data(config, plan, options);
     std::cout << (json ? report.to_json() : report.table());
     return kExitOk;
   };

@@ -7,7 +7,7 @@
 #include <csignal>
 #include <iostream>
 
-#include "bellows/app/cv.h"
+#include "bellows/lab/cv.h"
 #include "bellows/app/schema.h"
 #include "bellows/util/check.h"
 #include "command.h"
@@ -72,8 +72,8 @@ Action register_cv(CLI::App& app) {
     std::signal(SIGTERM, on_cv_stop_signal);
     app::RunOptions options;
     options.stop_flag = &g_stop;
-    const app::CvSummary summary = app::cross_validate(config, *k, options);
-    std::cout << "\n" << app::cv_table(summary) << std::flush;
+    const lab::CvSummary summary = lab::cross_validate(config, *k, options);
+    std::cout << "\n" << lab::cv_table(summary) << std::flush;
     if (summary.interrupted) {
       std::cerr << "bellows: cross-validation interrupted in fold " << summary.results.size() << "; completed folds are in "
                 << summary.dir.string() << "\n";

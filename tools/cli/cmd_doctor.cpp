@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "bellows/app/doctor.h"
+#include "bellows/lab/doctor.h"
 #include "bellows/app/schema.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -21,13 +21,13 @@ Action register_doctor(CLI::App& app) {
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> args = cmd->remaining();
-    app::DoctorOptions options;
+    lab::DoctorOptions options;
     const bool json = take_flag(args, "--json");
     if (const auto budget = take_flag_value(args, "--budget")) options.budget_s = parse_duration("--budget", *budget);
     const auto [file, overrides] = split_config_args(args);
     const config::Config config = app::resolve_config(file, overrides);
     options.stop_flag = stop_on_signals();
-    const app::DoctorReport report = app::doctor(config, options);
+    const lab::DoctorReport report = lab::doctor(config, options);
     std::cout << (json ? report.to_json().dump(2) + "\n" : report.to_text()) << std::flush;
     return kExitOk;
   };

@@ -33,11 +33,12 @@ Action register_hw(CLI::App& app) {
     std::vector<hw::PeakMeasurement> peaks;
     if (opts->measure) {
       peaks = hw::measure_peaks(info, opts->measure_options);
-      // The runs' MFU divides by the cached peaks (hw/peaks.h): only a measurement with the default sizes and time
-      // replaces them (a quick --matmul-size 64 would understate the machine).
-      const hw::MeasureOptions defaults;
-      if (opts->measure_options.matmul_size == defaults.matmul_size && opts->measure_options.min_seconds >= defaults.min_seconds) {
-        hw::store_peaks(info, peaks);
+      // The runs' MFU divides by the cached peaks (hw/peaks.h), measured one way every time: only the standard
+      // measurement replaces them (a quick --matmul-size 64, or longer --seconds, would move every run's MFU).
+      if (!hw::store_peaks(info, peaks, opts->measure_options) && !hw::is_standard(opts->measure_options)) {
+        const hw::MeasureOptions standard;
+        std::cerr << "bellows hw: not cached: the runs' MFU divides by the standard measurement (--seconds " << standard.min_seconds
+                  << " --matmul-size " << standard.matmul_size << "), which `bellows hw --measure` without those flags refreshes\n";
       }
     }
     std::cout << (opts->json ? hw::format_json(info, peaks) : hw::format_text(info, peaks));

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "bellows/app/schema.h"
-#include "bellows/app/tune.h"
+#include "bellows/lab/tune.h"
 #include "bellows/util/check.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -28,7 +28,7 @@ Action register_plan(CLI::App& app) {
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> args = cmd->remaining();
-    app::TuneOptions options;
+    lab::TuneOptions options;
     const bool json = take_flag(args, "--json");
     options.grid = take_flag(args, "--grid");
     if (const auto budget = take_flag_value(args, "--budget")) options.budget_s = parse_duration("--budget", *budget);
@@ -41,17 +41,17 @@ Action register_plan(CLI::App& app) {
     }
     const config::Config config = app::resolve_config(file, overrides);
     options.stop_flag = stop_on_signals();
-    const app::TunedPlan plan = app::tune(config, options);
+    const lab::TuneReport plan = lab::tune(config, options);
     const bool stopped = options.stop_flag->load();
     if (stopped && (plan.trials.empty() || !plan.trials[0].trial.measured())) {
       std::cerr << "bellows plan: stopped by a signal during the baseline trial; no plan written\n";
       return kExitSignal;
     }
-    app::write_tuned_plan(plan, out);  // a search cut short still wrote what it measured (its notes say so)
+    lab::write_tuned_plan(plan, out);  // a search cut short still wrote what it measured (its notes say so)
     std::string cached;
     if (!stopped) {  // a search cut short is not a plan for --plan auto to reuse
       const auto path = app::cached_plan_path(plan.config_key, plan.machine_key);
-      app::write_tuned_plan(plan, path);
+      lab::write_tuned_plan(plan, path);
       cached = path.string();
     }
     std::cout << (json ? plan.to_json().dump(2) + "\n" : plan.to_text()) << std::flush;

@@ -3,7 +3,7 @@
 // `--device cuda` on a machine without a GPU skips every check, saying why), 1 when a check failed.
 #include <iostream>
 
-#include "bellows/app/selftest.h"
+#include "bellows/lab/selftest.h"
 #include "command.h"
 #include "exit_codes.h"
 
@@ -18,8 +18,8 @@ Action register_selftest(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print the report as one JSON document");
   return [cmd, device, json]() {
     if (!cmd->parsed()) return -1;
-    const app::SelftestReport report = app::run_selftest(*device);
-    std::cout << (*json ? app::selftest_json(report).dump(2) + "\n" : app::format_selftest(report)) << std::flush;
+    const lab::SelftestReport report = lab::run_selftest(*device);
+    std::cout << (*json ? lab::selftest_json(report).dump(2) + "\n" : lab::format_selftest(report)) << std::flush;
     return report.passed() ? kExitOk : kExitFailure;
   };
 }

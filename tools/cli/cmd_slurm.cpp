@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "bellows/app/schema.h"
-#include "bellows/app/slurm.h"
+#include "bellows/lab/slurm.h"
 #include "bellows/util/atomic_file.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -14,7 +14,7 @@
 namespace bellows::cli {
 
 Action register_slurm(CLI::App& app) {
-  auto o = std::make_shared<app::SlurmOptions>();
+  auto o = std::make_shared<lab::SlurmOptions>();
   auto output = std::make_shared<std::string>();
   auto positional = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("slurm", "Write an sbatch script that trains CONFIG data parallel on a SLURM cluster: "
@@ -39,7 +39,7 @@ Action register_slurm(CLI::App& app) {
     o->job_name = config::get_string(c, "name");
     o->output_dir = config::get_string(c, "output_dir");
     if (o->bellows == "bellows") o->bellows = self_executable();
-    const std::string script = app::slurm_script(*o);
+    const std::string script = lab::slurm_script(*o);
     // SLURM opens --output before the script runs: the run directory must exist at submission.
     std::filesystem::create_directories(std::filesystem::path(o->output_dir) / o->job_name);
     const std::filesystem::path path = output->empty() ? std::filesystem::path(o->job_name + ".sbatch") : std::filesystem::path(*output);

@@ -17,8 +17,8 @@ class StreamBuffer;
 
 namespace bellows::app {
 
-// data.batch_size, data.shuffle, data.sampler, data.weights, data.num_samples, data.drop_last, data.workers,
-// data.prefetch, data.use_prefetch, data.pin_memory, data.pad_value.
+// data.batch_size, data.shuffle, data.sampler, data.weights, data.num_samples, data.drop_last, data.prefetch,
+// data.use_prefetch, data.pad_value (data.workers and data.pin_memory are the plan's: app/run.h).
 void add_loader_keys(config::Schema& schema);
 
 data::LoaderOptions loader_options(const config::Config& config, const plan::Plan& plan, int world_size = 1);
@@ -36,6 +36,7 @@ struct Loaders {
   data::DataSplits splits;
   std::unique_ptr<data::Loader> train;
   std::unique_ptr<data::Loader> val;  // null without validation data
+  std::vector<plan::PlanEntry> plan_rows;  // what the data decided, for Plan::revise (planned workers, from a measured batch)
 };
 
 // The median time to fetch and finish one batch of `batch_size` samples in the calling thread (3 batches at
@@ -44,9 +45,9 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
 
 // Datasets, samplers and loaders on the plan's device; evaluation loads in order, without augmentation.
 // `stream`: the buffer a program pushes into (data.source: stream). With planned workers (data.workers: -1) the
-// cost of a batch is measured and the plan's workers revised (plan::refine_workers) before the loaders exist.
-// `rank`/`world_size`: this process's share of the data in data-parallel training (dist/).
-Loaders make_loaders(const config::Config& config, plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr,
+// cost of a batch is measured and the workers revised (plan::refine_workers) before the loaders exist; the revised
+// row is in plan_rows. `rank`/`world_size`: this process's share of the data in data-parallel training (dist/).
+Loaders make_loaders(const config::Config& config, const plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr,
                      int rank = 0, int world_size = 1);
 
 }  // namespace bellows::app

@@ -11,6 +11,7 @@
 
 // Light on purpose (no tensor or module headers): the CLI's train, cv and bench commands include it.
 #include "bellows/config/config.h"          // defines: Config
+#include "bellows/config/schema.h"          // defines: Schema
 #include "bellows/data/pipeline_stats.h"    // defines: LoaderStats
 #include "bellows/plan/plan.h"              // defines: PlanRequest
 #include "bellows/train/fit_result.h"       // defines: FitResult
@@ -27,7 +28,9 @@ struct HardwareInfo;
 
 namespace bellows::app {
 
-// The plan keys of a validated run config (device, precision, threads, data.workers, ...).
+// Declares the plan's keys (device, precision, threads, deterministic, cudnn_benchmark, cpu_allocator, channels_last,
+// data.workers, data.pin_memory); plan_request reads them from a validated run config.
+void add_plan_keys(config::Schema& schema);
 plan::PlanRequest plan_request(const config::Config& config);
 // The plan of the config with `precision: auto`: what this machine would pick (the doctor, the tuner and the
 // optimization matrix compare it with the configured precision).

@@ -1,16 +1,25 @@
-// The trainer of a run, from its config: the options of train::Trainer (train, optim, schedule, ema, scaler
-// keys, and the plan's device, precision, channels_last and pinning), and the process-wide dropout masks setting.
+// The trainer of a run, from its config: the keys of train::Trainer's options (train, optim, schedule, ema, scaler,
+// checkpoint, profile), the options with the plan's device, precision, channels_last and pinning, the compile key,
+// and the process-wide dropout masks setting.
 // `bellows train` and the bare-loop benchmark (bench/bare_loop.cpp) read them the same way.
 #pragma once
 
+#include <filesystem>
+
 #include "bellows/config/config.h"    // defines: Config
+#include "bellows/config/schema.h"    // defines: Schema
 #include "bellows/models/dropout.h"   // defines: DropoutMasks
 #include "bellows/plan/plan.h"        // defines: Plan
 #include "bellows/train/trainer.h"    // defines: TrainerOptions
 
 namespace bellows::app {
 
-// kConfig errors name the key: optim.betas not two values, ema.eval without ema.enabled.
+// Declares the keys of the trainer's options (train.*, optim.*, schedule.*, ema.*, scaler.*, checkpoint.*, profile.*),
+// each bound once to its field (config/binding.h), with its default, bounds and help.
+void add_trainer_keys(config::Schema& schema);
+
+// The trainer options of a validated config, with the plan's device, precision, channels_last and pinning. kConfig
+// errors name the key: optim.betas not two values, ema.eval without ema.enabled.
 train::TrainerOptions trainer_options(const config::Config& config, const plan::Plan& plan);
 
 // The compile key (train/step_graph.h) for a trainer with options `o` and `world_size` processes: sets o.compile
@@ -19,6 +28,12 @@ train::TrainerOptions trainer_options(const config::Config& config, const plan::
 // Returns the plan row. What only the trainer knows (the batch-size finder's micro-batches, the checkpointed blocks,
 // the optimizer's fused kernels) it checks again at fit(), falling back with a message.
 plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOptions& o, std::int64_t world_size);
+
+// The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
+train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
+
+// The profile.* keys (profile.window "N-M": steps N to M, from 1) with the trace in <dir>/trace.json.
+obs::ProfileOptions profile_options(const config::Config& config, const std::filesystem::path& dir);
 
 // The dropout_masks key: parallel or torch.
 models::DropoutMasks dropout_masks_setting(const config::Config& config);

@@ -47,13 +47,15 @@ class Schema {
     // A number key that also takes these words (data.batch_size: auto); read them with is_word() first.
     KeyBuilder& or_words(std::vector<std::string> w);
 
-   private:
-    friend class Schema;
+    // Builds on `spec` (Schema::add's, or a config::Binding's key).
     explicit KeyBuilder(KeySpec& spec) : spec_(spec) {}
+
+   private:
     KeySpec& spec_;
   };
   // A key may not be declared twice, nor be a parent of another declared key (kInternal).
   KeyBuilder add(const std::string& key, Type type, const std::string& help);
+  void add(const KeySpec& spec);  // a key declared whole (config/binding.h)
 
   // Command-line flag spelling for a key: alias("--batch-size", "data.batch_size").
   void alias(const std::string& flag, const std::string& key);

@@ -35,7 +35,11 @@ std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const Measu
 
 // The measured peaks of this machine, cached so that a run does not measure again: a JSON file in the user
 // cache (util/cache.h), one per machine and setting: CPU model, usable CPUs, intra-op threads, LibTorch version
-// and GPU names. `bellows hw --measure` refreshes it (store_peaks).
+// and GPU names. The runs' MFU divides by one measurement only, the standard one (default MeasureOptions), however it
+// was taken: by the first run that needed it, or by `bellows hw --measure` (store_peaks) with no --seconds or
+// --matmul-size. The file records the options; a cache of other options (an older bellows, a quick measurement) is
+// not used. Measured with other options, `bellows hw --measure` reports its figures and caches nothing.
+bool is_standard(const MeasureOptions& options);
 struct CachedPeaks {
   std::vector<PeakMeasurement> peaks;  // empty: none cached and not measured
   std::filesystem::path file;          // the cache file
@@ -44,17 +48,19 @@ struct CachedPeaks {
 };
 // Reads the cache; with none and `measure_if_missing`, measures (time-bounded: about 2 s on a CPU) and writes it.
 // A cache file that cannot be read or parsed counts as none; one that cannot be written is only not written.
-CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing, const MeasureOptions& options = {});
-void store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks);
+CachedPeaks cached_peaks(const HardwareInfo& info, bool measure_if_missing);
+// Caches `peaks` measured with `options`; false (nothing written) when they are not the standard ones or the cache
+// cannot be written.
+bool store_peaks(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks, const MeasureOptions& options = {});
 
-// The measured matmul peak (FLOP/s) that the training precision runs at on `device` ("cpu", "cuda:0"): fp32 ->
-// matmul_fp32, tf32 -> matmul_fp32_tf32, bf16-mixed -> matmul_bf16, fp16-mixed -> matmul_fp16; with its name.
-// std::nullopt when it was not measured or the hardware has no support for it.
+// The measured matmul peak (FLOP/s) named `name` (a precision policy's PrecisionEntry::matmul_peak: matmul_fp32,
+// matmul_fp32_tf32, matmul_bf16, matmul_fp16) on `device` ("cpu", "cuda:0"), with its name. std::nullopt when it
+// was not measured or the hardware has no support for it.
 struct MatmulPeak {
   double flops_per_s = 0;
   std::string name;
 };
-std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& precision,
+std::optional<MatmulPeak> matmul_peak(const std::vector<PeakMeasurement>& peaks, const std::string& name,
                                       const std::string& device);
 
 }  // namespace bellows::hw

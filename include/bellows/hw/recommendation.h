@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "bellows/precision/registry.h"  // defines: DeviceFacts
+
 namespace bellows::hw {
 
 struct HardwareInfo;
@@ -19,7 +21,11 @@ std::vector<Recommendation> recommend(const HardwareInfo& info);
 
 struct CpuInfo;
 struct GpuInfo;
-// The precision a device computes best in, with the reason: one decision shared by `bellows hw` and the plan.
+// What a precision policy needs to know of a device (precision/registry.h), from its hardware facts.
+precision::DeviceFacts device_facts(const CpuInfo& cpu);
+precision::DeviceFacts device_facts(const GpuInfo& gpu);
+// The precision a device computes best in, with the reason (precision::auto_precision over the registered
+// policies): one decision shared by `bellows hw` and the plan.
 Recommendation recommend_precision(const CpuInfo& cpu);
 Recommendation recommend_precision(const GpuInfo& gpu);
 

@@ -34,6 +34,8 @@ class PhaseClock {
 
   void mark();            // the start of what the next lap measures
   void lap(Phase phase);  // the time since the last mark (or lap) goes to `phase`
+  // The phase of the last lap (kOther before any): where a step that failed got to (out-of-memory reports).
+  Phase last() const { return last_phase_; }
   // The milliseconds per phase since the last take() (or construction); on CUDA, waits for the window's events.
   std::array<double, kPhases> take();
   // The peak tensor bytes of each phase since the last take_memory() (or construction); -1 where nothing was
@@ -46,6 +48,7 @@ class PhaseClock {
   using Clock = std::chrono::steady_clock;
   c10::Device device_;
   Clock::time_point last_;
+  Phase last_phase_ = Phase::kOther;
   std::array<double, kPhases> host_ms_{};
   std::unique_ptr<DeviceEvents> events_;
   std::array<std::int64_t, kPhases> peak_bytes_;

@@ -4,6 +4,7 @@
 
 #include <c10/core/Device.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct Plan {
   std::vector<PlanEntry> entries;  // one per setting, in the order above
 
   std::string to_json(int indent = 2) const;
+  // A row decided later (by the data, the model): it replaces the row of its key, or is added; a revised "workers"
+  // row sets `workers` too.
+  void revise(const PlanEntry& row);
+  void revise(const std::vector<PlanEntry>& rows);
 };
 
 // kConfig errors for malformed values; kResource when a requested device is not usable (with the reason).
@@ -64,8 +69,9 @@ void apply(const Plan& plan);
 // training thread: on a CPU run whose compute threads take every usable core, a loader thread competes with
 // them (on 2 cores: ~120 context switches per W5 step, 40% of its time, measured), so batches that take less
 // than kCheapBatchMs to fetch load in the training thread. Requested worker counts are left alone. The
-// "workers" entry says which and why, with the measured cost.
+// "workers" row it returns (for Plan::revise) says which and why, with the measured cost; std::nullopt when the workers
+// were not planned.
 inline constexpr double kCheapBatchMs = 1.0;
-void refine_workers(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms);
+std::optional<PlanEntry> refine_workers(const Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms);
 
 }  // namespace bellows::plan

@@ -1,9 +1,7 @@
 // The precision policy: the one object that decides compute dtype, the autocast context, loss scaling,
-// unscaling, and whether the optimizer step runs. The training loop never branches on fp16 vs bf16.
-//   "fp32"        full fp32; TF32 off
-//   "tf32"        fp32 tensors, TF32 tensor-core matmul/cuDNN on CUDA (no effect on the CPU)
-//   "bf16-mixed"  autocast to bf16 (CPU and CUDA); no scaling
-//   "fp16-mixed"  autocast to fp16 with dynamic loss scaling (GradScaler)
+// unscaling, and whether the optimizer step runs. The training loop never branches on fp16 vs bf16. The policies
+// are registered (precision/registry.h: fp32, tf32, bf16-mixed, fp16-mixed, one file each in
+// src/precision/policies/); what the rest of bellows needs to know of one is its entry's.
 // Every policy checks the gradients for inf/NaN before stepping and skips (and says so) when it finds one.
 #pragma once
 
@@ -19,6 +17,7 @@
 
 #include "bellows/precision/autocast.h"     // defines: AutocastGuard
 #include "bellows/precision/grad_scaler.h"  // defines: GradScaler, GradScalerOptions
+#include "bellows/precision/registry.h"     // defines: PrecisionEntry, find_precision
 #include "bellows/util/state_dict.h"        // defines: StateDict
 
 namespace bellows::precision {
@@ -31,8 +30,10 @@ class Precision {
  public:
   virtual ~Precision() = default;
 
-  virtual std::string name() const = 0;                // "fp32", "tf32", "bf16-mixed", "fp16-mixed"
-  virtual c10::ScalarType autocast_dtype() const = 0;  // kFloat when no autocast
+  virtual const PrecisionEntry& entry() const = 0;  // its registered entry: capabilities and needs
+  std::string name() const;                         // "fp32", "tf32", "bf16-mixed", "fp16-mixed"
+  c10::ScalarType autocast_dtype() const;           // kFloat when no autocast
+  bool scales_loss() const;                         // dynamic loss scaling: overflowing steps are skipped by design
 
   // Sets process-wide backend flags this policy needs (TF32 on/off); called once at setup.
   virtual void configure_backends() const = 0;
@@ -73,13 +74,9 @@ class Precision {
   virtual void load_state_dict(const StateDict& state) = 0;
 };
 
-// The names make_precision accepts, in order: fp32, tf32, bf16-mixed, fp16-mixed.
-const std::vector<std::string>& precision_names();
-
-// `name`: fp32 | tf32 | bf16-mixed | fp16-mixed (not "auto": the plan resolves that first).
-// Unknown names raise kConfig errors listing the valid ones. `scaler_options` apply to fp16-mixed only (the other
-// policies run a disabled GradScaler: inf/NaN check, no scaling). `device`: where the model runs (its type picks
-// the autocast device type).
+// `name`: a registered policy (not "auto": the plan resolves that first). Unknown names raise kConfig errors listing
+// the valid ones. `scaler_options` apply to policies that scale the loss (the others run a disabled GradScaler: inf/NaN
+// check, no scaling). `device`: where the model runs (its type picks the autocast device type).
 std::unique_ptr<Precision> make_precision(const std::string& name, c10::Device device,
                                           const GradScalerOptions& scaler_options = {});
 

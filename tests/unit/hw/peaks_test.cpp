@@ -8,6 +8,11 @@
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
 #include "bellows/util/error.h"
+#include "test_util.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 
 namespace bellows::hw {
 namespace {
@@ -72,6 +77,35 @@ TEST(Peaks, InvalidOptionsAreUsageErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(e.message().find("trials=0"), std::string::npos);
   }
+}
+
+// The runs' MFU divides by one measurement, the standard one: a measurement with other options is not cached, and a
+// cache file without the standard options (an older format, another protocol) is not used.
+TEST(Peaks, TheCacheHoldsTheStandardMeasurementOnly) {
+  const test_support::TempDir dir("peaks_cache");
+  std::optional<std::string> old;
+  if (const char* o = std::getenv("BELLOWS_CACHE")) old = o;
+  ::setenv("BELLOWS_CACHE", dir.path().c_str(), 1);
+  const HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
+  const std::vector<PeakMeasurement> peaks = {{"matmul_fp32", "cpu", 123.0, "GFLOP/s", "test", true}};
+  MeasureOptions longer;
+  longer.min_seconds = 2;
+  EXPECT_FALSE(is_standard(longer));
+  EXPECT_FALSE(store_peaks(info, peaks, longer));
+  const CachedPeaks none = cached_peaks(info, /*measure_if_missing=*/false);
+  EXPECT_TRUE(none.peaks.empty());
+  EXPECT_FALSE(std::filesystem::exists(none.file));
+  ASSERT_TRUE(store_peaks(info, peaks));
+  const CachedPeaks cached = cached_peaks(info, false);
+  ASSERT_EQ(cached.peaks.size(), 1u);
+  EXPECT_EQ(cached.peaks[0].value, 123.0);
+  EXPECT_EQ(matmul_peak(cached.peaks, "matmul_fp32", "cpu")->flops_per_s, 123e9);
+  std::ofstream(cached.file) << R"([{"name": "matmul_fp32", "device": "cpu", "value": 999.0, "unit": "GFLOP/s", "method": "old", "supported": true}])";
+  EXPECT_TRUE(cached_peaks(info, false).peaks.empty()) << "an older cache without its options";
+  std::ofstream(cached.file) << R"({"protocol": {"matmul_size": 64, "copy_bytes": 1, "min_seconds": 0.01, "trials": 1}, "peaks": []})";
+  EXPECT_TRUE(cached_peaks(info, false).peaks.empty()) << "another protocol";
+  if (old) ::setenv("BELLOWS_CACHE", old->c_str(), 1);
+  else ::unsetenv("BELLOWS_CACHE");
 }
 
 }  // namespace

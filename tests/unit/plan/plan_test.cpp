@@ -86,32 +86,36 @@ TEST(Plan, CpuAllocatorRetainsFreedMemoryUnlessToldNot) {
 
 // Planned workers give way to the training thread when a batch is cheap to fetch and compute takes every core;
 // an expensive batch keeps them (with the cost in the reason); requested counts and GPU runs are left alone.
+void refine(Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms) {
+  if (const auto row = refine_workers(plan, hw, batch_fetch_ms)) plan.revise(*row);
+}
+
 TEST(Plan, RefineWorkersByTheMeasuredBatchCost) {
   const hw::HardwareInfo cpu = cpu_machine(false);
   Plan cheap = resolve({}, cpu);
-  refine_workers(cheap, cpu, 0.11);
+  refine(cheap, cpu, 0.11);
   EXPECT_EQ(cheap.workers, 0);
   EXPECT_NE(reason_of(cheap, "workers").find("a batch takes 0.11 ms to fetch (measured): cheaper in the training thread"),
             std::string::npos) << reason_of(cheap, "workers");
   Plan costly = resolve({}, cpu);
-  refine_workers(costly, cpu, 12.5);
+  refine(costly, cpu, 12.5);
   EXPECT_EQ(costly.workers, 1);
   EXPECT_NE(reason_of(costly, "workers").find("; a batch takes 12.50 ms to fetch (measured)"), std::string::npos);
   PlanRequest two;
   two.workers = 2;
   Plan requested = resolve(two, cpu);
-  refine_workers(requested, cpu, 0.01);
+  refine(requested, cpu, 0.01);
   EXPECT_EQ(requested.workers, 2);
   EXPECT_EQ(reason_of(requested, "workers"), "requested");
   PlanRequest fewer_threads;
   fewer_threads.threads = 2;  // two of four cores left for loading
   Plan spare = resolve(fewer_threads, cpu);
-  refine_workers(spare, cpu, 0.01);
+  refine(spare, cpu, 0.01);
   EXPECT_EQ(spare.workers, 1);
   const hw::HardwareInfo gpu = gpu_machine(8);
   Plan on_gpu = resolve({}, gpu);
   const int planned = on_gpu.workers;
-  refine_workers(on_gpu, gpu, 0.01);
+  refine(on_gpu, gpu, 0.01);
   EXPECT_EQ(on_gpu.workers, planned);
 }
 

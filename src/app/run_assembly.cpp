@@ -1,0 +1,339 @@
+// One assembly of a run; see run_assembly.h.
+#include "run_assembly.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/utils.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bellows/app/model_setup.h"
+#include "bellows/app/profiles.h"
+#include "bellows/app/run.h"
+#include "bellows/app/strategy_setup.h"
+#include "bellows/app/trainer_setup.h"
+#include "bellows/ckpt/checkpoint.h"
+#include "bellows/ckpt/inspect.h"
+#include "bellows/dist/registry.h"
+#include "bellows/hw/hardware_info.h"
+#include "bellows/hw/peaks.h"
+#include "bellows/precision/registry.h"
+#include "bellows/models/activation_checkpoint.h"
+#include "bellows/models/dropout.h"
+#include "bellows/plan/batch_size.h"
+#include "bellows/plan/checkpointing.h"
+#include "bellows/util/atomic_file.h"
+#include "bellows/util/check.h"
+
+namespace bellows::app {
+namespace fs = std::filesystem;
+using train::Trainer;
+
+namespace {
+
+// The first `samples` samples of the training data, as one batch.
+data::Batch first_samples(const data::Dataset& train, std::int64_t samples) {
+  samples = std::min(samples, train.size());
+  std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
+  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = i;
+  data::FetchContext context;
+  data::Batch batch = train.get_batch(first, context);
+  train.finish_on_device(batch);
+  return batch;
+}
+
+// `data.batch_size: auto` -- the finder decides (plan/batch_size.h) from measured steps on the first samples; the
+// loaded batch (train.global_batch_size / ranks) then runs as that many micro-batches. Rank 0's choice is every
+// rank's.
+plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, Trainer& trainer,
+                                 const data::Dataset& train, dist::Strategy& ranks) {
+  plan::MicroBatchRequest request;
+  request.loaded_batch = std::min(loaded_batch_size(c, ranks.world_size()), train.size());
+  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  const obs::MemoryStats mem = obs::memory_stats(p.device);
+  request.held_bytes = mem.tracked ? mem.current_bytes : 0;
+  if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
+  // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
+  std::int64_t param_bytes = 0;
+  for (const auto& t : trainer.optimizer().parameters()) param_bytes += t.numel() * t.element_size();
+  const std::string optimizer = config::get_string(c, "optim.type");
+  const int states = optimizer == "sgd" ? (config::get_double(c, "optim.momentum") > 0 ? 1 : 0) : 2;
+  const int copies = states + (config::get_bool(c, "ema.enabled") ? 1 : 0);
+  request.later_bytes = param_bytes * copies;
+  // On the CPU a checkpoint's host copy of the weights and that state is tensor memory too, while training goes on.
+  if (p.device.is_cpu() && config::get_bool(c, "checkpoint.enabled")) request.later_bytes += param_bytes * (1 + copies);
+  std::optional<data::Batch> batch;  // the loaded batch's samples, fetched once; trials take the first b
+  plan::MicroBatchProbe probe;
+  probe.measure_step = [&](std::int64_t samples) {
+    if (!batch) batch = first_samples(train, request.loaded_batch);
+    return trainer.measure_step_memory(batch->slice(0, std::min(samples, batch->size)));
+  };
+  probe.release = [&] { obs::release_cached_memory(p.device); };
+  plan::MicroBatchChoice choice;
+  std::string text;
+  if (ranks.is_main()) {
+    choice = plan::plan_micro_batch(request, hw, p, probe);
+    text = fmt::format("{}\n{}\n{}", choice.parts, choice.entry.value, choice.entry.reason);
+  }
+  text = broadcast_text(ranks, text);
+  const auto first = text.find('\n'), second = text.find('\n', first + 1);
+  trainer.set_micro_split(std::stoll(text.substr(0, first)));
+  return {"micro_batch", text.substr(first + 1, second - first - 1),
+          ranks.is_main() ? choice.entry.reason : "rank 0's: " + text.substr(second + 1)};
+}
+
+// `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
+// the first micro-batch reach it through the probe.
+plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
+                                   Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
+  plan::CheckpointingRequest request;
+  request.patterns = config::get_string_list(c, "checkpointing");
+  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  const bool is_auto = request.patterns.size() == 1 && request.patterns[0] == "auto";
+  BELLOWS_CHECK_CONFIG(is_auto || std::find(request.patterns.begin(), request.patterns.end(), "auto") == request.patterns.end(),
+                       fmt::format("checkpointing: 'auto' must stand alone, got [{}] ({})", fmt::join(request.patterns, ", "),
+                                   c.origin("checkpointing").str()),
+                       "write checkpointing: auto, or a list of block name patterns");
+  auto* blocks = dynamic_cast<models::Checkpointable*>(&model);
+  plan::CheckpointingProbe probe;
+  if (blocks != nullptr) probe.blocks = blocks->checkpoint_blocks();
+  probe.apply = [&](const std::vector<std::string>& patterns) { return models::apply_checkpointing(model, patterns); };
+  probe.checkpoint_all = [&] { blocks->set_checkpointed(blocks->checkpoint_blocks()); };
+  std::optional<data::Batch> batch;  // the first micro-batch's samples, fetched once
+  probe.measure_step = [&]() -> std::optional<std::int64_t> {
+    if (!batch) batch = first_samples(train, micro_batch);
+    return trainer.measure_step_memory(*batch);
+  };
+  return plan::plan_checkpointing(request, hw, p, probe);
+}
+
+// Online training has no data at the start: what a run decides from measured steps on its first batch, it takes from
+// the config as it stands, saying so.
+void plan_without_data(const config::Config& c, torch::nn::Module& model, std::vector<std::string>& notes) {
+  const std::vector<std::string> patterns = config::get_string_list(c, "checkpointing");
+  if (!patterns.empty() && !(patterns.size() == 1 && patterns[0] == "auto")) {
+    models::apply_checkpointing(model, patterns);
+  } else if (!patterns.empty()) {
+    notes.push_back("checkpointing: auto measures a step on the first batch of a run; online training has no data at the start "
+                    "and checkpoints no blocks (name them in checkpointing: to checkpoint some)");
+  }
+  if (config::is_word(c, "data.batch_size", "auto")) {
+    notes.push_back(fmt::format("data.batch_size: auto measures steps on the first batch of a run; online training has no data at the start: "
+                                "each batch of train.global_batch_size ({}) runs whole (out-of-memory recovery still splits it)",
+                                config::get_int(c, "train.global_batch_size")));
+  }
+}
+
+// log.flops: FLOP counting on, and the matmul peak of the plan's precision and device from the cached measured
+// peaks (hw/peaks.h; measured now when none are cached and `may_measure`), into the trainer options; a line for
+// the run's messages when peaks were measured or MFU cannot be reported.
+void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, bool may_measure,
+                      train::TrainerOptions& o, std::vector<std::string>& notes) {
+  o.count_flops = config::get_bool(c, "log.flops");
+  if (!o.count_flops) return;
+  const hw::CachedPeaks peaks = hw::cached_peaks(hw, may_measure);
+  if (peaks.measured_now) {
+    notes.push_back(fmt::format("measured this machine's matmul and copy peaks for MFU in {:.1f} s, once: cached in {} "
+                                "(`bellows hw --measure` measures again)", peaks.seconds, peaks.file.string()));
+  }
+  if (const auto peak = hw::matmul_peak(peaks.peaks, precision::find_precision(p.precision).matmul_peak, p.device.str())) {
+    o.peak_flops_per_s = peak->flops_per_s;
+    o.peak_name = fmt::format("{} on {}", peak->name, p.device.str());
+  } else {
+    notes.push_back(fmt::format("MFU not reported: no measured matmul peak for {} on {}{}", p.precision, p.device.str(),
+                                peaks.peaks.empty() ? " (none cached; `bellows hw --measure` measures them once)" : ""));
+  }
+}
+
+// resume: auto (the newest valid checkpoint of the run directory, if any; the ones skipped are reported) or a path.
+std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::path& dir, Trainer& trainer, const std::string& otherwise) {
+  const std::string resume = config::get_string(c, "resume");
+  if (resume.empty()) return std::nullopt;
+  if (resume != "auto") return ckpt::resolve_checkpoint(resume);
+  std::vector<std::string> skipped;
+  std::optional<fs::path> from = ckpt::find_latest_valid(dir / "checkpoints", &skipped);
+  for (const auto& s : skipped) trainer.message(fmt::format("warning: skipped checkpoint {}", s));
+  if (!from) trainer.message(fmt::format("resume auto: no valid checkpoint in {}; {}", (dir / "checkpoints").string(), otherwise));
+  return from;
+}
+
+// A run's resume: weights, trainer state, the data position and the RNG states of the checkpoint.
+void resume_run(const fs::path& from, Trainer& trainer, data::BatchSource& train, int world_size, bool strict,
+                const std::optional<plan::PlanEntry>& micro_batch, std::int64_t planned_split) {
+  const ckpt::Checkpoint cp = ckpt::load_checkpoint(from);
+  if (const auto saved = cp.state.find("data.sampler.world_size"); saved != cp.state.end()) {
+    const std::int64_t world = saved->second.item<std::int64_t>();
+    if (world != world_size) {
+      trainer.message(fmt::format("warning: the checkpoint was written by {} process(es), this run has {}: training continues from the "
+                                  "same step and the same fraction of the epoch, but the data order differs from the original run's",
+                                  world, world_size));
+    }
+  }
+  try {
+    trainer.restore(cp, &train, strict);
+  } catch (const Error& e) {  // which checkpoint did not fit: resume=auto chose it for the user
+    throw Error(e.kind(), fmt::format("resuming from {}: {}", from.string(), e.message()), e.hint());
+  }
+  trainer.message(fmt::format("resumed from {} (step {}, epoch {})", from.string(), cp.step, cp.epoch));
+  if (micro_batch && trainer.micro_split() != planned_split) {
+    trainer.message(fmt::format("note: each loaded batch runs as {} micro-batches, as in the checkpoint (the finder chose {})",
+                                trainer.micro_split(), micro_batch->value));
+  }
+}
+
+}  // namespace
+
+fs::path make_run_dir(const config::Config& c) {
+  const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
+  fs::path dir = base;
+  const bool resuming = !config::get_string(c, "resume").empty();
+  for (int i = 2; !resuming && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
+                         "check output_dir and its permissions");
+  return dir;
+}
+
+std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
+                                           hw.memory.total_bytes / double(1LL << 30), hw.torch.version));
+  std::string gpus;
+  for (const auto& g : hw.cuda.gpus) gpus += fmt::format("{}cuda:{} {} ({:.0f} GiB)", gpus.empty() ? "" : ", ", g.index, g.name, g.total_memory_bytes / double(1LL << 30));
+  rows.emplace_back("gpu", hw.cuda.usable ? gpus : hw.cuda.reason);
+  for (const auto& e : p.entries) rows.emplace_back(e.key, fmt::format("{:<11} {}", e.value, e.reason));
+  return rows;
+}
+
+AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
+  AssembledRun a;
+  // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  // Online training is one process, whatever launcher started the host program (its ranks are the host's business).
+  const dist::ProcessInfo process = o.online ? dist::ProcessInfo{} : process_info(c);
+  plan::PlanRequest request = plan_request(c);
+  request.local_rank = process.local_rank;
+  request.local_world_size = process.local_world_size;
+  request.share_node_cores = process.shares_node_cores();
+  request.cores_per_process = process.cpus_per_process;
+  a.plan = plan::resolve(request, hw);
+  a.plan.entries.insert(a.plan.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
+  for (std::size_t i = 0; i < c.plan_notes().size(); ++i) {  // a tuned plan's settings, after the profile's row
+    const auto& n = c.plan_notes()[i];
+    a.plan.entries.insert(a.plan.entries.begin() + static_cast<std::ptrdiff_t>(1 + i), {n.key, n.value, n.reason});
+  }
+  plan::apply(a.plan);  // online: on its compute thread (the thread count is per thread; the rest is process-wide)
+
+  // --- the job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s) ---
+  if (o.online) {
+    const std::string name = config::get_string(c, "dist.strategy");
+    BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
+                         fmt::format("online training runs in the calling process alone, but dist.strategy is {}", name),
+                         "set dist.strategy: auto or single");
+    a.strategy = std::make_shared<dist::SingleDevice>();
+  } else {
+    StrategySetup strategy = make_strategy(c, process, a.plan);
+    a.strategy = strategy.strategy;
+    a.plan.entries.push_back(strategy.entry);
+    obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
+    a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
+  }
+  dist::Strategy& ranks = *a.strategy;
+  models::set_dropout_masks(dropout_masks_setting(c));
+  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));  // the same seed on every rank
+  std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once they do
+
+  // --- data: datasets, samplers, prefetching loaders on the planned device (online: the sessions' own) ---
+  if (!o.online) {
+    a.loaders = make_loaders(c, a.plan, o.stream, ranks.rank(), ranks.world_size());
+    a.plan.revise(a.loaders->plan_rows);  // what the data decided (the workers, from a measured batch)
+    check_data_against_model(c, *a.loaders->splits.train);
+  }
+
+  // --- model, its weights ---
+  const models::ModelContext context = o.online ? model_context_without_data(c) : model_context(a.loaders->splits);
+  a.model = build_model(c, context, &notes);
+  if (const auto& entry = models::find_model(config::get_string(c, "model.name")); entry.forward_flops && config::get_bool(c, "log.flops") && !o.online) {
+    if (const std::optional<double> f = entry.forward_flops(c, context)) {
+      notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
+                                  "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
+                                  entry.forward_flops_basis.empty() ? "" : "; " + entry.forward_flops_basis));
+    }
+  }
+  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+    // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
+    const models::WeightImport w{init, "", config::get_bool(c, "init_weights_strict"), "model", "init_weights_strict"};
+    notes.push_back(import_note(w, import_weights(*a.model.module, w)));
+  }
+  if (o.online) plan_without_data(c, *a.model.module, notes);
+
+  // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---
+  a.run_dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(c).string() : std::string());
+
+  // --- the trainer ---
+  train::TrainerOptions t = trainer_options(c, a.plan);
+  t.stop_flag = o.stop_flag;
+  t.strategy = a.strategy;
+  t.checkpoint = checkpoint_options(c, a.run_dir);
+  if (o.online) {
+    t.sessions = true;
+    if (t.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one
+      t.checkpoint.dir = a.run_dir / "checkpoints";
+      t.checkpoint.every_n_steps = 0;
+      t.checkpoint.every_n_minutes = 0;
+      t.checkpoint.at_end = false;
+    }
+    t.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
+    if (const std::string compile = config::get_string(c, "compile"); compile != "off") {
+      notes.push_back(fmt::format("compile: {}: steps run eagerly: {}", compile, train::step_graph_unfit({.cuda = true, .sessions = true})));
+    }
+  } else {
+    t.profile = profile_options(c, a.run_dir);
+    a.plan.entries.push_back(resolve_compile(c, t, ranks.world_size()));
+  }
+  // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
+  set_flop_options(c, hw, a.plan, /*may_measure=*/ranks.world_size() == 1, t, notes);
+  t.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(a.plan.to_json())}};
+  a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
+  Trainer& trainer = *a.trainer;
+  // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
+  std::optional<plan::PlanEntry> micro_batch;
+  std::int64_t planned_split = 1;
+  if (!o.online) {
+    const data::Dataset& first = *a.loaders->splits.train;
+    if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, a.plan, trainer, first, ranks);
+    planned_split = trainer.micro_split();
+    const std::int64_t micro_samples = (loaded_batch_size(c, ranks.world_size()) + planned_split - 1) / planned_split;
+    const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, a.plan, *a.model.module, trainer, first, micro_samples);
+    if (micro_batch) a.plan.entries.push_back(*micro_batch);
+    a.plan.entries.push_back(checkpointing);
+  }
+
+  // --- what the run directory records, and the sinks: rank 0's (records are global: the trainer sums over ranks) ---
+  if (ranks.is_main()) {
+    write_file_atomically(a.run_dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
+    write_file_atomically(a.run_dir / "plan.json", a.plan.to_json());
+  }
+  trainer.set_run_info(config::get_string(c, "name"), a.run_dir.string());
+  trainer.set_header(header_rows(hw, a.plan));
+  if (ranks.is_main()) {
+    const obs::SinkContext where{a.run_dir, o.console, o.tty};
+    for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
+      if (!entry.key.empty() && !config::get_bool(c, entry.key)) continue;
+      if (std::shared_ptr<obs::Sink> sink = entry.make(where)) trainer.add_sink(std::move(sink));
+    }
+    for (const auto& sink : o.sinks) trainer.add_sink(sink);
+  }
+  for (const auto& note : notes) trainer.message(note);
+
+  // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
+  if (o.online) {
+    a.resume_from = checkpoint_to_resume(c, a.run_dir, trainer, "starting untrained");
+  } else if (const auto from = checkpoint_to_resume(c, a.run_dir, trainer, "starting from the beginning")) {
+    resume_run(*from, trainer, *a.loaders->train, ranks.world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
+  }
+  return a;
+}
+
+}  // namespace bellows::app

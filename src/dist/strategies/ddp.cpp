@@ -1,0 +1,50 @@
+// dist.strategy: ddp -- data parallel over c10d (dist/ddp.h): every rank holds the whole model, gradients are
+// averaged in buckets that overlap backward; `auto`'s choice when a launcher started several processes.
+#include <fmt/format.h>
+
+#include "bellows/config/binding.h"
+#include "bellows/dist/ddp.h"
+#include "bellows/dist/registry.h"
+#include "bellows/util/check.h"
+
+namespace bellows::dist {
+namespace {
+
+// The dist.* keys of DdpOptions, bound once (config/binding.h).
+const config::Binding<DdpOptions>& ddp_binding() {
+  static const config::Binding<DdpOptions> binding = [] {
+    config::Binding<DdpOptions> b("dist.");
+    b.key("backend", &DdpOptions::backend, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
+        .choices({"auto", "gloo", "nccl"}).default_value(YAML::Node("auto"));
+    b.key("bucket_mb", &DdpOptions::bucket_mb, "gradient all-reduce bucket size, MiB").min(0.001);
+    b.key("broadcast_buffers", &DdpOptions::broadcast_buffers, "rank 0's buffers (BatchNorm statistics) to every rank before each step and evaluation");
+    b.key("timeout_s", &DdpOptions::timeout_s, "longest wait for the other ranks (rendezvous, every collective) before failing").min(1);
+    return b;
+  }();
+  return binding;
+}
+
+StrategyEntry ddp_strategy() {
+  StrategyEntry e;
+  e.name = "ddp";
+  e.help = "data parallel over c10d: gradients averaged across the job's processes";
+  e.several_processes = true;
+  e.auto_preference = 1;
+  e.add_keys = [](config::Schema& s) { ddp_binding().declare(s); };
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> {
+    const config::Config& c = r.config;
+    DdpOptions o = ddp_binding().read(c);
+    if (o.backend == "auto") o.backend = r.device.is_cuda() ? "nccl" : "gloo";
+    BELLOWS_CHECK_CONFIG(o.backend != "nccl" || r.device.is_cuda(),
+                         fmt::format("dist.backend is nccl ({}) but the device is {}", c.origin("dist.backend").str(), r.device.str()),
+                         "NCCL reduces CUDA tensors: use dist.backend: gloo (or auto) on the CPU");
+    o.config_hash = r.config_hash;
+    return std::make_shared<Ddp>(r.process, o);
+  };
+  return e;
+}
+
+const StrategyRegistrar kDdpStrategyRegistered(ddp_strategy());
+
+}  // namespace
+}  // namespace bellows::dist

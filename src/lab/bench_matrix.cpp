@@ -1,0 +1,248 @@
+// The optimization matrix; see bench_matrix.h.
+#include "bellows/lab/bench_matrix.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "bellows/app/data_setup.h"
+#include "bellows/app/run.h"
+#include "bellows/precision/registry.h"
+#include "bellows/lab/tune.h"
+#include "bellows/config/schema.h"
+#include "bellows/hw/hardware_info.h"
+#include "bellows/models/registry.h"
+#include "bellows/plan/plan.h"
+#include "bellows/util/check.h"
+
+namespace bellows::lab {
+
+namespace matrix_impl {  // named, not anonymous: the unity build compiles this file with the other app sources
+
+// The rows for this config on this machine: each one optimization switched relative to the configured run.
+std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareInfo& hw) {
+  const plan::Plan p = plan::resolve(app::plan_request(c), hw);
+  const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
+  const bool cpu = p.device.is_cpu();
+  std::vector<MatrixRow> rows;
+  auto row = [&](std::string id, std::string label, std::vector<std::string> overrides, std::string expected, std::string skipped = "") {
+    MatrixRow r;
+    r.id = std::move(id);
+    r.label = std::move(label);
+    r.overrides = std::move(overrides);
+    r.expected = std::move(expected);
+    r.skipped = std::move(skipped);
+    rows.push_back(std::move(r));
+  };
+  // Precision: mixed precision on where the baseline is full precision, off where it is mixed.
+  {
+    const std::string auto_pick = app::plan_with_auto_precision(c, hw).precision;
+    const bool full = !precision::find_precision(p.precision).mixed();
+    if (!full) row("precision", "precision=fp32", {"precision=fp32"}, "mixed precision (AMP): ~2x, ~50% less memory");
+    else if (auto_pick != p.precision) row("precision", "precision=" + auto_pick, {"precision=" + auto_pick}, "mixed precision (AMP): ~2x, ~50% less memory");
+    else
+      row("precision", "precision=bf16-mixed", {}, "mixed precision (AMP): ~2x, ~50% less memory",
+          cpu ? "not measured: this CPU has no AVX512_BF16 or AMX (bf16 matrix products run far slower than fp32)"
+              : "not measured: this GPU has no tensor cores for a mixed precision");
+  }
+  // The loader: workers (prefetching in threads) and the depth of its queue.
+  const std::int64_t prefetch = config::get_int(c, "data.prefetch");
+  if (config::get_string(c, "data.source") == "stream") {
+    row("workers", "data.workers", {}, "prefetching loader: 20-40%", "not measured: data.source: stream (the program pushes the samples)");
+    row("prefetch", "data.prefetch", {}, "deeper prefetch queue", "not measured: data.source: stream");
+  } else if (p.workers > 0) {
+    row("workers", "data.workers=0 (no prefetching)", {"data.workers=0"}, "prefetching loader: 20-40%");
+    row("prefetch", fmt::format("data.prefetch={}", 2 * prefetch), {fmt::format("data.prefetch={}", 2 * prefetch)}, "deeper prefetch queue");
+  } else {
+    row("workers", "data.workers=1 (prefetching)", {"data.workers=1", fmt::format("data.prefetch={}", std::max<std::int64_t>(2, prefetch))},
+        "prefetching loader: 20-40%");
+    row("prefetch", fmt::format("data.workers=1 data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch)),
+        {"data.workers=1", fmt::format("data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch))}, "deeper prefetch queue");
+  }
+  // Memory format.
+  const bool cl = config::get_bool(c, "channels_last");
+  if (model.convolutional) row("channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
+  else row("channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no convolutions", model.name));
+  // The optimizer's kernels.
+  const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
+  row("optimizer", foreach ? "optim.implementation=fused" : "optim.implementation=foreach", {foreach ? "optim.implementation=fused" : "optim.implementation=foreach"},
+      "fused optimizer: fewer kernel launches than foreach");
+  // Accumulation: the same samples per optimizer step in twice as many micro-batches.
+  if (config::is_word(c, "data.batch_size", "auto")) {
+    row("accumulation", "accumulation x2", {}, "accumulation: same samples per step, smaller micro-batches", "not measured: data.batch_size is auto (the finder chooses the split)");
+  } else {
+    const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
+    if (b >= 2 && b % 2 == 0) {
+      row("accumulation", fmt::format("data.batch_size={} train.accumulation_steps={}", b / 2, 2 * a),
+          {fmt::format("data.batch_size={}", b / 2), fmt::format("train.accumulation_steps={}", 2 * a)}, "accumulation: same samples per step, smaller micro-batches");
+    } else {
+      row("accumulation", "accumulation x2", {}, "accumulation", fmt::format("not measured: data.batch_size {} is not even", b));
+    }
+  }
+  // Activation checkpointing of every block (models without blocks: the trial says so).
+  if (config::get_string_list(c, "checkpointing").empty()) {
+    row("checkpointing", "checkpointing=[*]", {"checkpointing=['*']"}, "activation checkpointing: ~50% less memory, ~30% slower");
+  } else {
+    row("checkpointing", "checkpointing=[]", {"checkpointing=[]"}, "activation checkpointing: ~50% less memory, ~30% slower");
+  }
+  // CUDA only.
+  if (cpu) {
+    row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", "not applicable: CUDA only");
+    row("cuda_graphs", "CUDA graphs", {}, "CUDA graphs: less launch overhead", "not applicable: CUDA only");
+  } else {
+    if (model.convolutional) {
+      row("cudnn_benchmark", fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark), {fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark)},
+          "cuDNN benchmark: 10-30% (convolutions)");
+    } else {
+      row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not applicable: model {} has no convolutions", model.name));
+    }
+    const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
+    row("cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
+  }
+  return rows;
+}
+
+void summarise_row(MatrixRow& r) {
+  std::vector<double> sps, peak;
+  for (const auto& t : r.trials) {
+    if (!t.measured()) continue;
+    sps.push_back(t.samples_per_s);
+    if (t.peak_mb() >= 0) peak.push_back(t.peak_mb());
+  }
+  if (sps.empty()) return;
+  r.median_samples_per_s = quantile(sps, 0.5);
+  r.min_samples_per_s = *std::min_element(sps.begin(), sps.end());
+  r.max_samples_per_s = *std::max_element(sps.begin(), sps.end());
+  r.median_peak_mb = peak.empty() ? -1 : quantile(peak, 0.5);
+}
+
+nlohmann::json row_json(const MatrixRow& r) {
+  nlohmann::json j = {{"id", r.id}, {"label", r.label}, {"overrides", r.overrides}, {"expected", r.expected}};
+  if (!r.skipped.empty()) {
+    j["skipped"] = r.skipped;
+    return j;
+  }
+  if (!r.error.empty()) j["error"] = r.error;
+  j["samples_per_s"] = {{"median", r.median_samples_per_s}, {"min", r.min_samples_per_s}, {"max", r.max_samples_per_s}};
+  j["peak_mb"] = r.median_peak_mb;
+  j["speedup"] = r.speedup;
+  j["memory_ratio"] = r.memory_ratio;
+  j["trials"] = nlohmann::json::array();
+  for (const auto& t : r.trials) {
+    nlohmann::json tj = {{"samples_per_s", t.samples_per_s}, {"step_ms", t.step_ms}, {"steps", t.steps}, {"peak_mb", t.peak_mb()}, {"seconds", t.seconds}};
+    if (!t.error.empty()) tj["error"] = t.error;
+    j["trials"].push_back(tj);
+  }
+  return j;
+}
+
+}  // namespace matrix_impl
+
+using namespace matrix_impl;
+
+MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options) {
+  BELLOWS_CHECK_CONFIG(options.rounds >= 1, fmt::format("--rounds {} : expected at least 1", options.rounds), "e.g. --rounds 3");
+  BELLOWS_CHECK_CONFIG(options.trial_seconds > 0 && std::isfinite(options.trial_seconds),
+                       fmt::format("--trial-seconds {}: expected > 0", options.trial_seconds), "e.g. --trial-seconds 3");
+  const auto start = std::chrono::steady_clock::now();
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  MatrixReport report;
+  report.config_name = config::get_string(c, "name");
+  report.machine = app::machine_line(hw);
+  report.rounds = options.rounds;
+  report.trial_seconds = options.trial_seconds;
+  report.baseline = {"baseline", "as configured", {}, "", "", {}, 0, 0, 0, -1, 1, 1, ""};
+  report.rows = matrix_rows(c, hw);
+
+  TrialRunner runner(c, "bench", options.progress, options.stop_flag);
+  std::vector<MatrixRow*> order{&report.baseline};
+  for (auto& r : report.rows) {
+    if (r.skipped.empty()) order.push_back(&r);
+  }
+  for (int round = 0; round < options.rounds && !runner.stopped(); ++round) {
+    // Rotated by one each round: the baseline first in the first round, last-but-round in the others.
+    for (std::size_t k = 0; k < order.size() && !runner.stopped(); ++k) {
+      MatrixRow& r = *order[(k + static_cast<std::size_t>(round)) % order.size()];
+      if (!r.error.empty()) continue;  // failed in an earlier round: not again
+      Trial t = runner.run(fmt::format("{} (round {})", r.label, round + 1), r.overrides, options.trial_seconds, 5, /*baseline=*/&r == &report.baseline);
+      if (!t.measured()) r.error = t.error.empty() ? "fewer than 3 steps in the trial" : t.error;
+      r.trials.push_back(std::move(t));
+    }
+  }
+  BELLOWS_CHECK_RESOURCE(report.baseline.error.empty() || runner.stopped(),
+                         fmt::format("the configured run failed in its trial: {}", report.baseline.error), "run bellows train with this config to see why");
+  summarise_row(report.baseline);
+  for (auto& r : report.rows) {
+    if (!r.skipped.empty()) continue;
+    if (!r.error.empty()) {  // not applicable to this model (no blocks to checkpoint), or failed
+      r.trials.clear();
+      continue;
+    }
+    summarise_row(r);
+    if (report.baseline.median_samples_per_s > 0 && r.median_samples_per_s > 0) r.speedup = r.median_samples_per_s / report.baseline.median_samples_per_s;
+    if (report.baseline.median_peak_mb > 0 && r.median_peak_mb > 0) r.memory_ratio = r.median_peak_mb / report.baseline.median_peak_mb;
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+std::string MatrixReport::table() const {
+  std::string out = fmt::format("bellows bench --matrix: {} on {}\n{} round(s) of interleaved trials, {:.1f} s of training each; {:.0f} s in all\n",
+                                config_name, machine, rounds, trial_seconds, seconds);
+  std::size_t width = baseline.label.size();
+  for (const auto& r : rows) width = std::max(width, r.label.size());
+  width = std::min<std::size_t>(width, 48);
+  out += fmt::format("  {:<{}}  {:>11} {:>19} {:>7} {:>9} {:>7}  {}\n", "setting", width, "samples/s", "min-max", "speed", "peak MB", "memory", "the seeds expect");
+  auto line = [&](const MatrixRow& r) {
+    const std::string label = r.label.size() > width ? r.label.substr(0, width - 3) + "..." : r.label;
+    if (!r.skipped.empty()) return fmt::format("  {:<{}}  {}  ({})\n", label, width, r.skipped, r.expected);
+    if (!r.error.empty()) return fmt::format("  {:<{}}  failed: {}  ({})\n", label, width, r.error, r.expected);
+    return fmt::format("  {:<{}}  {:>11} {:>19} {:>7} {:>9} {:>7}  {}\n", label, width, format_rate(r.median_samples_per_s),
+                       format_rate(r.min_samples_per_s) + "-" + format_rate(r.max_samples_per_s), fmt::format("{:.2f}x", r.speedup),
+                       r.median_peak_mb >= 0 ? fmt::format("{:.0f}", r.median_peak_mb) : "-",
+                       r.memory_ratio > 0 ? fmt::format("{:.2f}x", r.memory_ratio) : "-", r.expected);
+  };
+  out += line(baseline);
+  for (const auto& r : rows) out += line(r);
+  out += "speed and memory: median over the rounds, as a ratio to the baseline's median; peak MB: tensor memory\n";
+  return out;
+}
+
+nlohmann::json MatrixReport::to_json() const {
+  nlohmann::json j = {{"config", config_name}, {"machine", machine}, {"rounds", rounds}, {"trial_seconds", trial_seconds},
+                      {"seconds", seconds}, {"baseline", row_json(baseline)}};
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rows) j["rows"].push_back(row_json(r));
+  return j;
+}
+
+obs::BarChart MatrixReport::chart() const {
+  obs::BarChart chart;
+  chart.title = fmt::format("bellows bench --matrix: {}", config_name);
+  chart.subtitle = fmt::format("{}; baseline {} samples/s; median of {} rounds, whiskers min-max", machine,
+                               format_rate(baseline.median_samples_per_s), rounds);
+  chart.panels = {{"samples/s vs the baseline", 1.0}, {"peak tensor memory vs the baseline", 1.0}};
+  for (const auto& r : rows) {
+    obs::BarChartRow row;
+    row.label = r.label.size() > 46 ? r.label.substr(0, 43) + "..." : r.label;
+    if (r.speedup > 0) {
+      const double base = baseline.median_samples_per_s;
+      row.values = {r.speedup, r.memory_ratio > 0 ? r.memory_ratio : -1};
+      row.lows = {r.min_samples_per_s / base, -1};
+      row.highs = {r.max_samples_per_s / base, -1};
+      row.notes = {fmt::format("{:.2f}x", r.speedup), r.memory_ratio > 0 ? fmt::format("{:.2f}x", r.memory_ratio) : "-"};
+    } else {
+      const std::string why = !r.skipped.empty() ? r.skipped : "failed";
+      const std::string short_why = why.substr(0, why.find(':'));
+      row.values = {-1, -1};
+      row.notes = {short_why, ""};
+    }
+    chart.rows.push_back(std::move(row));
+  }
+  return chart;
+}
+
+}  // namespace bellows::lab

@@ -1,0 +1,119 @@
+// The eager training step; see eager_step.h.
+#include "bellows/train/eager_step.h"
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+
+#include <optional>
+
+#include "bellows/dist/strategy.h"
+#include "bellows/precision/precision.h"
+#include "bellows/train/anomaly.h"
+#include "bellows/train/optimizer.h"
+#include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
+
+namespace bellows::train {
+
+data::Batch to_device(const data::Batch& batch, const TrainerOptions& options) {
+  data::Batch b = batch.to(options.device, options.non_blocking);
+  if (options.channels_last) {
+    for (auto& [name, t] : b.tensors) {
+      if (t.dim() == 4 && t.is_floating_point()) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+    }
+  }
+  return b;
+}
+
+StepResult EagerStep::run(StepBatches& batches) {
+  StepResult result;
+  for (std::int64_t i = 0; i < batches.count(); ++i) {
+    const data::Batch batch = batches.next();
+    forward_backward(batch, batches.count(), i + 1 == batches.count(), /*local=*/false, batches.number(), result);
+  }
+  result.gradients = optimizer_phase(batches.number());
+  return result;
+}
+
+void EagerStep::forward_backward(const data::Batch& loaded, std::int64_t count, bool last_of_step, bool local, std::int64_t number,
+                                 StepResult& result) {
+  const std::vector<std::int64_t> parts = data::split_sizes(loaded.size, p_.split.parts);
+  std::int64_t start = 0;
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    const data::Batch part = p_.split.parts > 1 ? loaded.slice(start, parts[j]) : loaded;
+    start += parts[j];
+    const data::Batch b = to_device(part, p_.options);
+    p_.clock.lap(obs::Phase::kCopy);
+    StepOutput out;
+    {
+      RECORD_USER_SCOPE("bellows::forward");
+      auto autocast = p_.precision.autocast();
+      out = p_.task.step(p_.model, b);
+    }
+    if (p_.options.detect_anomaly) check_forward(p_.model, b, out.loss, number);
+    p_.clock.lap(obs::Phase::kForward);
+    {
+      RECORD_USER_SCOPE("bellows::backward");
+      // Accumulation micro-steps only accumulate; the last one's backward communicates (dist/strategy.h).
+      std::optional<dist::Strategy::NoSync> no_sync;
+      if (local || !last_of_step || j + 1 < parts.size()) no_sync.emplace(p_.strategy.no_sync());
+      std::optional<torch::autograd::DetectAnomalyGuard> anomaly;  // names the backward function that made a NaN
+      if (p_.options.detect_anomaly) anomaly.emplace();
+      try {
+        // A part's loss weighs its share of the loaded batch: the mean over the batch, whatever the split.
+        const double parts_per_step = static_cast<double>(count) * static_cast<double>(loaded.size) / static_cast<double>(parts[j]);
+        p_.strategy.backward(p_.precision.scale_loss(out.loss / parts_per_step));
+      } catch (const c10::Error& e) {
+        if (!p_.options.detect_anomaly || report_current_exception().out_of_memory) throw;
+        fail_backward(e, number);
+      }
+    }
+    p_.clock.lap(obs::Phase::kBackward);
+    out.loss = out.loss.detach();
+    result.outputs.push_back(std::move(out));
+    result.units.push_back(units_of(b));
+    result.samples += b.size;
+  }
+}
+
+GradientReport EagerStep::optimizer_phase(std::int64_t number) {
+  RECORD_USER_SCOPE("bellows::optimizer");
+  GradientReport report;
+  p_.strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
+  p_.precision.unscale(p_.params);
+  if (p_.options.detect_anomaly) check_gradients(p_.model, p_.precision, number);
+  report.norm = clip_gradients(report);
+  // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
+  const at::Tensor nonfinite = (report.norm - report.norm).ne(0).to(at::kFloat);
+  report.skipped = p_.precision.step_on_device(p_.params, nonfinite, [&](const at::Tensor& found_inf) { p_.optimizer.step(found_inf); });
+  p_.optimizer.zero_grad();
+  return report;
+}
+
+at::Tensor EagerStep::clip_gradients(GradientReport& report) {
+  grads_.clear();
+  for (std::size_t i = 0; i < p_.params.size(); ++i) {
+    if (!p_.params[i].grad().defined()) continue;
+    grads_.push_back(p_.params[i].grad());
+    report.owners.push_back(static_cast<std::int32_t>(i));
+  }
+  if (grads_.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(p_.options.device));
+  // Everything stays on the device (no .item()): the norm is the step's non-finite check and a reported
+  // metric, read at the logging boundary. The arithmetic is torch.nn.utils.clip_grad_norm_'s.
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads_, 2);
+  report.param_norms = at::stack(norms).to(at::kFloat);  // kept by the record's window: which gradient was not finite
+  const at::Tensor total = at::linalg_vector_norm(report.param_norms, 2);
+  if (p_.options.clip_max_norm > 0) {
+    // Multiplying by exactly 1 leaves a gradient as it is; a non-finite norm makes a skipped step anyway.
+    at::_foreach_mul_(grads_, (p_.options.clip_max_norm / (total + 1e-6)).clamp_max(1.0));
+  }
+  if (p_.options.clip_value > 0) {
+    at::_foreach_clamp_min_(grads_, -p_.options.clip_value);
+    at::_foreach_clamp_max_(grads_, p_.options.clip_value);
+  }
+  return total;
+}
+
+}  // namespace bellows::train

@@ -1328,7 +1328,7 @@ def make_optimizer(model, w, lr):
 
 def step_plan(steps, per_epoch, accumulation):
     """(epoch, [batch indices]) per optimizer step, as Trainer::fit takes them: k micro-batches per step, fewer for
-    the last step of an epoch (src/train/trainer.cpp: micro = min(k, remaining_in_epoch))."""
+    the last step of an epoch (src/train/trainer.cpp: batches = min(k, remaining_in_epoch))."""
     plan, epoch = [], 0
     while len(plan) < steps:
         for first in range(0, per_epoch, accumulation):
@@ -1340,8 +1340,8 @@ def step_plan(steps, per_epoch, accumulation):
 
 
 def clip_grad_norm(params, max_norm):
-    """torch.nn.utils.clip_grad_norm_ (foreach): the arithmetic of bellows' Trainer::clip_gradients since it keeps
-    the norm on the device (src/train/trainer.cpp: linalg_vector_norm of the stacked per-tensor norms, then every
+    """torch.nn.utils.clip_grad_norm_ (foreach): the arithmetic of bellows' EagerStep::clip_gradients, which keeps
+    the norm on the device (src/train/eager_step.cpp: linalg_vector_norm of the stacked per-tensor norms, then every
     gradient times min(max_norm / (norm + 1e-6), 1)). `params` in bellows' order, which the norm's sum follows."""
     return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/stager.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/util/check.h"
@@ -15,20 +16,46 @@
 namespace bellows::app {
 using config::Type;
 
+namespace {
+
+// The loader's data.* keys of data::LoaderOptions, bound once (config/binding.h). data.batch_size is declared on
+// its own in add_loader_keys: it takes the word auto and its value is worked out (loaded_batch_size); workers come
+// from the plan (data.workers is the plan's key, run.cpp).
+const config::Binding<data::LoaderOptions>& loader_binding() {
+  using O = data::LoaderOptions;
+  return config::bound<O>("data.", [](config::Binding<O>& b) {
+    b.key("drop_last", &O::drop_last, "drop the last incomplete batch");
+    b.key("prefetch", &O::prefetch, "batches loaded ahead of the training step (queue depth)").min(1);
+    b.key("use_prefetch", &O::use_prefetch, "load in background workers (false: synchronous, for comparison)");
+    b.key("pad_value", &O::pad_value, "padding of variable-length samples");
+  });
+}
+
+// The sampler's data.* keys of data::SamplerOptions, bound once. data.sampler is read into `kind` as it is
+// written, auto included (resolved by sampler_options, as dist.backend's auto is); data.shuffle (what auto
+// follows) and data.weights (a policy; the weights come from the labels) are no fields and stay declarations of
+// their own in add_loader_keys; the seed is the run's.
+const config::Binding<data::SamplerOptions>& sampler_binding() {
+  using O = data::SamplerOptions;
+  return config::bound<O>("data.", [](config::Binding<O>& b) {
+    // auto, not the struct's shuffle: the config's order follows data.shuffle unless it names a sampler.
+    b.key("sampler", &O::kind, "sample order (auto: shuffle or sequential, after data.shuffle)")
+        .choices({"auto", "sequential", "shuffle", "weighted"}).default_value(YAML::Node("auto"));
+    b.key("num_samples", &O::num_samples, "weighted sampler: draws per epoch (0: dataset size)").min(0);
+  });
+}
+
+}  // namespace
+
 void add_loader_keys(config::Schema& s) {
   auto node = [](auto v) { return YAML::Node(v); };
   s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch); auto: batches of train.global_batch_size / ranks, run as the "
         "largest micro-batches that fit in memory (measured)").min(1).or_words({"auto"}).default_value(node(32));
   s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded); sampler auto follows it").default_value(node(true));
-  s.add("data.sampler", Type::kString, "sample order (auto: shuffle or sequential, after data.shuffle)")
-      .choices({"auto", "sequential", "shuffle", "weighted"}).default_value(node("auto"));
   s.add("data.weights", Type::kString, "weighted sampler: balanced (inverse class frequency of the labels)")
       .choices({"balanced"}).default_value(node("balanced"));
-  s.add("data.num_samples", Type::kInt, "weighted sampler: draws per epoch (0: dataset size)").min(0).default_value(node(0));
-  s.add("data.drop_last", Type::kBool, "drop the last incomplete batch").default_value(node(false));
-  s.add("data.prefetch", Type::kInt, "batches loaded ahead of the training step (queue depth)").min(1).default_value(node(4));
-  s.add("data.use_prefetch", Type::kBool, "load in background workers (false: synchronous, for comparison)").default_value(node(true));
-  s.add("data.pad_value", Type::kDouble, "padding of variable-length samples").default_value(node(0.0));
+  sampler_binding().declare(s);
+  loader_binding().declare(s);
 }
 
 std::int64_t loaded_batch_size(const config::Config& c, int world_size) {
@@ -59,19 +86,15 @@ std::int64_t loaded_batch_size(const config::Config& c, int world_size) {
 data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p, int world_size) {
   data::LoaderOptions o;
   o.batch_size = loaded_batch_size(c, world_size);
-  o.drop_last = config::get_bool(c, "data.drop_last");
+  loader_binding().read_into(c, o);
   o.workers = p.workers;
-  o.prefetch = config::get_int(c, "data.prefetch");
-  o.use_prefetch = config::get_bool(c, "data.use_prefetch");
-  o.pad_value = config::get_double(c, "data.pad_value");
   return o;
 }
 
 data::SamplerOptions sampler_options(const config::Config& c, const data::Dataset& dataset) {
-  data::SamplerOptions o;
+  data::SamplerOptions o = sampler_binding().read(c);
   o.seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
-  const std::string kind = config::get_string(c, "data.sampler");
-  o.kind = kind == "auto" ? (config::get_bool(c, "data.shuffle") ? "shuffle" : "sequential") : kind;
+  if (o.kind == "auto") o.kind = config::get_bool(c, "data.shuffle") ? "shuffle" : "sequential";
   if (o.kind == "weighted") {
     const at::Tensor labels = dataset.class_labels();
     BELLOWS_CHECK_CONFIG(labels.defined(),
@@ -80,7 +103,6 @@ data::SamplerOptions sampler_options(const config::Config& c, const data::Datase
     const at::Tensor counts = at::bincount(labels).to(at::kDouble);
     const at::Tensor w = (1.0 / counts).index_select(0, labels).contiguous();
     o.weights.assign(w.data_ptr<double>(), w.data_ptr<double>() + w.numel());
-    o.num_samples = config::get_int(c, "data.num_samples");
   }
   return o;
 }

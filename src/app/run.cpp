@@ -17,8 +17,7 @@ namespace {
 // The plan's keys (what the hardware decides unless they are set), bound to the request once (config/binding.h).
 const config::Binding<plan::PlanRequest>& plan_binding() {
   using R = plan::PlanRequest;
-  static const config::Binding<R> binding = [] {
-    config::Binding<R> b("");
+  return config::bound<R>("", [](config::Binding<R>& b) {
     b.key("device", &R::device, "auto | cpu | cuda | cuda:N");
     std::vector<std::string> precisions = {"auto"};
     for (const auto& p : precision::precision_names()) precisions.push_back(p);  // the registered policies
@@ -31,9 +30,7 @@ const config::Binding<plan::PlanRequest>& plan_binding() {
     b.key("channels_last", &R::channels_last, "NHWC memory format for 4-D tensors (convolutional models)");
     b.key("data.workers", &R::workers, "loading threads (0: in the training thread; -1: planned)").min(-1);
     b.key("data.pin_memory", &R::pin_memory, "pinned host batches for asynchronous device copies").choices({"auto", "true", "false"});
-    return b;
-  }();
-  return binding;
+  });
 }
 
 }  // namespace

@@ -70,8 +70,7 @@ Binding<precision::GradScalerOptions> scaler_binding() {
 // The trainer's keys: train.* (minus what the data and the plan read), optim.*, schedule.*, scaler.*, ema.*.
 const Binding<train::TrainerOptions>& trainer_binding() {
   using T = train::TrainerOptions;
-  static const Binding<T> binding = [] {
-    Binding<T> b("");
+  return config::bound<T>("", [](config::Binding<T>& b) {
     b.key("train.epochs", &T::epochs, "passes over the training data").min(1);
     b.key("train.max_steps", &T::max_steps, "stop after this many optimizer steps (0: no limit)").min(0);
     b.key("train.accumulation_steps", &T::accumulation_steps, "micro-batches per optimizer step").min(1);
@@ -115,15 +114,12 @@ const Binding<train::TrainerOptions>& trainer_binding() {
                             "set ema.enabled: true, or drop ema.eval");
      }).default_value(YAML::Node(false));
     b.nest(&T::scaler, scaler_binding());
-    return b;
-  }();
-  return binding;
+  });
 }
 
 const Binding<train::CheckpointOptions>& checkpoint_binding() {
   using C = train::CheckpointOptions;
-  static const Binding<C> binding = [] {
-    Binding<C> b("checkpoint.");
+  return config::bound<C>("checkpoint.", [](config::Binding<C>& b) {
     b.custom("enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints", [](const config::Config&, const std::string&, C&) {})
         .default_value(YAML::Node(true));  // read by checkpoint_options: the directory
     b.key("every_n_steps", &C::every_n_steps, "optimizer steps between checkpoints (0: not by steps)").min(0);
@@ -131,9 +127,7 @@ const Binding<train::CheckpointOptions>& checkpoint_binding() {
     b.key("keep_last", &C::keep_last, "checkpoints kept (0: all)").min(0);
     b.key("keep_best", &C::keep_best, "also keep the one with the best monitored metric");
     b.key("at_end", &C::at_end, "write one when the run finishes");
-    return b;
-  }();
-  return binding;
+  });
 }
 
 // profile.window "N-M" (--profile N-M): optimizer steps N to M, counted from 1, traced.
@@ -160,8 +154,7 @@ void read_profile_window(const config::Config& c, const std::string& key, obs::P
 
 const Binding<obs::ProfileOptions>& profile_binding() {
   using P = obs::ProfileOptions;
-  static const Binding<P> binding = [] {
-    Binding<P> b("profile.");
+  return config::bound<P>("profile.", [](config::Binding<P>& b) {
     b.key("enabled", &P::enabled, "write a Chrome trace of some training steps to <run dir>/trace.json");
     b.key("start_step", &P::start_step, "optimizer steps before the trace starts (skip warm-up)").min(0);
     b.key("steps", &P::steps, "optimizer steps traced").min(1);
@@ -169,9 +162,7 @@ const Binding<obs::ProfileOptions>& profile_binding() {
              read_profile_window).default_value(YAML::Node(""));  // after enabled, start_step and steps: it sets them
     b.key("record_shapes", &P::record_shapes, "record operator input shapes");
     b.key("memory", &P::profile_memory, "record tensor allocations");
-    return b;
-  }();
-  return binding;
+  });
 }
 
 }  // namespace

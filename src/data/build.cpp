@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/folds.h"
 #include "bellows/data/source_registry.h"
 #include "bellows/data/subset.h"
@@ -16,20 +17,21 @@ namespace {
 
 using config::get_double;
 using config::get_int;
-using config::get_int_list;
 using config::get_string;
 
-WindowOptions window_options(const config::Config& c) {
-  WindowOptions w;
-  w.length = get_int(c, "data.window.length");
-  w.stride = get_int(c, "data.window.stride");
-  w.horizon = get_int(c, "data.window.horizon");
-  w.target_columns = get_int_list(c, "data.window.target_columns");
-  return w;
+// Sliding windows over csv/npy series: the data.window.* keys of WindowOptions, bound once (config/binding.h).
+const config::Binding<WindowOptions>& window_binding() {
+  using O = WindowOptions;
+  return config::bound<O>("data.window.", [](config::Binding<O>& b) {
+    b.key("length", &O::length, "time steps per input window (0: no windows)").min(0);
+    b.key("stride", &O::stride, "steps between window starts").min(1);
+    b.key("horizon", &O::horizon, "future steps to predict (0: inputs only)").min(0);
+    b.key("target_columns", &O::target_columns, "target columns of x when there is no y (empty: all)").min(0);
+  });
 }
 
 std::shared_ptr<const Dataset> open(const SourceEntry& source, const SourceRequest& request) {
-  const WindowOptions window = window_options(*request.config);
+  const WindowOptions window = window_binding().read(*request.config);
   if (window.length == 0) return source.open(request);
   Series s = source.read_series(request);
   return make_window_dataset(std::move(s.tensors), window, s.name, s.describe_row);
@@ -52,10 +54,11 @@ DataSplits fold_splits(const config::Config& c, std::shared_ptr<const Dataset> a
 
 }  // namespace
 
+// The keys below are read where they are used (build_datasets, fold_splits): no options struct holds them; the
+// window keys are bound to WindowOptions, each source's keys to its own options (src/data/sources/).
 void add_dataset_keys(config::Schema& s) {
   using config::Type;
   auto node = [](auto v) { return YAML::Node(v); };
-  const YAML::Node empty = YAML::Load("[]");
   const std::vector<SourceEntry> sources = source_registry();
   std::vector<std::string> names;
   for (const auto& e : sources) names.push_back(e.name);
@@ -68,11 +71,7 @@ void add_dataset_keys(config::Schema& s) {
   // cross-validation (bellows cv sets these per fold)
   s.add("data.cv.folds", Type::kInt, "cross-validation folds over data.path (0: off)").min(0).default_value(node(0));
   s.add("data.cv.fold", Type::kInt, "the held-out fold, the validation split (0-based)").min(0).default_value(node(0));
-  // sliding windows over csv/npy series
-  s.add("data.window.length", Type::kInt, "time steps per input window (0: no windows)").min(0).default_value(node(0));
-  s.add("data.window.stride", Type::kInt, "steps between window starts").min(1).default_value(node(1));
-  s.add("data.window.horizon", Type::kInt, "future steps to predict (0: inputs only)").min(0).default_value(node(1));
-  s.add("data.window.target_columns", Type::kIntList, "target columns of x when there is no y (empty: all)").min(0).default_value(empty);
+  window_binding().declare(s);
   for (const auto& e : sources) {
     if (e.add_keys) e.add_keys(s);
   }
@@ -90,7 +89,7 @@ DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer>
   request.seed = static_cast<std::uint64_t>(get_int(c, "seed"));
   request.stream = std::move(stream);
   const std::filesystem::path val_path = get_string(c, "data.val_path");
-  const bool windows = get_int(c, "data.window.length") > 0;
+  const bool windows = window_binding().read(c).length > 0;
   BELLOWS_CHECK_CONFIG(!windows || source.read_series,
                        fmt::format("sliding windows need a csv or npy source, not {}", name),
                        "set data.window.length: 0, or read the series from CSV or NumPy files");

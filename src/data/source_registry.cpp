@@ -6,13 +6,7 @@
 
 namespace bellows::data {
 namespace {
-
-// A function-local static: registrars in other translation units may run before anything here is initialised.
-Registry<SourceEntry>& sources() {
-  static Registry<SourceEntry> r("data source");
-  return r;
-}
-
+Registry<SourceEntry>& sources() { return registry_of<SourceEntry>("data source"); }
 }  // namespace
 
 void register_source(SourceEntry entry) { sources().add(std::move(entry)); }

@@ -8,12 +8,7 @@
 
 namespace bellows::dist {
 namespace {
-
-Registry<StrategyEntry>& strategies() {  // function-local: registrars in other files may run first
-  static Registry<StrategyEntry> r("strategy");
-  return r;
-}
-
+Registry<StrategyEntry>& strategies() { return registry_of<StrategyEntry>("strategy"); }
 }  // namespace
 
 void register_strategy(StrategyEntry entry) { strategies().add(std::move(entry)); }

@@ -10,6 +10,7 @@
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/run.h"
+#include "bellows/hw/recommendation.h"  // defines: device_facts
 #include "bellows/precision/registry.h"
 #include "bellows/lab/tune.h"
 #include "bellows/config/schema.h"
@@ -37,16 +38,29 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
     r.skipped = std::move(skipped);
     rows.push_back(std::move(r));
   };
-  // Precision: mixed precision on where the baseline is full precision, off where it is mixed.
+  // Precision: mixed precision on where the baseline is full precision, off where it is mixed (the registry's most
+  // exact policy); where `auto` picks no mixed policy here, the one it would prefer is listed unmeasured with its caveat.
   {
     const std::string auto_pick = app::plan_with_auto_precision(c, hw).precision;
-    const bool full = !precision::find_precision(p.precision).mixed();
-    if (!full) row("precision", "precision=fp32", {"precision=fp32"}, "mixed precision (AMP): ~2x, ~50% less memory");
-    else if (auto_pick != p.precision) row("precision", "precision=" + auto_pick, {"precision=" + auto_pick}, "mixed precision (AMP): ~2x, ~50% less memory");
-    else
-      row("precision", "precision=bf16-mixed", {}, "mixed precision (AMP): ~2x, ~50% less memory",
-          cpu ? "not measured: this CPU has no AVX512_BF16 or AMX (bf16 matrix products run far slower than fp32)"
-              : "not measured: this GPU has no tensor cores for a mixed precision");
+    const std::vector<precision::PrecisionEntry> policies = precision::precision_entries();  // most exact first
+    const std::string expected = "mixed precision (AMP): ~2x, ~50% less memory";
+    if (precision::find_precision(p.precision).mixed()) {
+      const std::string exact = "precision=" + policies.front().name;
+      row("precision", exact, {exact}, expected);
+    } else if (auto_pick != p.precision) {
+      row("precision", "precision=" + auto_pick, {"precision=" + auto_pick}, expected);
+    } else {
+      const precision::PrecisionEntry* preferred = nullptr;  // the mixed policy `auto` prefers where it can
+      for (const auto& e : policies) {
+        if (e.mixed() && (preferred == nullptr || e.auto_preference > preferred->auto_preference)) preferred = &e;
+      }
+      if (preferred != nullptr) {
+        const precision::DeviceFacts device = cpu ? hw::device_facts(hw.cpu) : hw::device_facts(hw.cuda.gpus.at(static_cast<std::size_t>(std::max<int>(0, p.device.index()))));
+        const std::string caveat = preferred->caveat ? preferred->caveat(device) : std::string();
+        row("precision", "precision=" + preferred->name, {}, expected,
+            "not measured: " + (caveat.empty() ? std::string("precision: auto does not pick it here") : caveat));
+      }
+    }
   }
   // The loader: workers (prefetching in threads) and the depth of its queue.
   const std::int64_t prefetch = config::get_int(c, "data.prefetch");

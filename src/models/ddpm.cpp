@@ -13,6 +13,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/dataset.h"
 #include "bellows/models/registry.h"
 #include "bellows/util/check.h"
@@ -240,58 +241,35 @@ void check_data_widths(const DdpmOptions& o, const data::Dataset& train) {
                        "set model.out_features to the number of fine values per sample");
 }
 
+// The model.* keys of DdpmOptions, bound once (config/binding.h).
+const config::Binding<DdpmOptions>& ddpm_binding() {
+  using O = DdpmOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("context_features", &O::context_features, "conditioning values per sample (inputs 'x')").min(1);
+    b.key("out_features", &O::out_features, "generated values per sample (targets 'y')").min(1);
+    b.key("hidden", &O::hidden, "width of the context embedding and the denoiser").min(1);
+    b.key("layers", &O::layers, "denoiser hidden layers (the input layer, then residual blocks)").min(1);
+    b.key("time_embedding", &O::time_embedding, "sinusoidal timestep features (even)").min(2);
+    b.key("steps", &O::steps, "diffusion steps T").min(1);
+    b.key("schedule", &O::schedule, "noise schedule").choices({"linear", "cosine"});
+    b.key("skip", &O::skip, "add sqrt(1 - alpha_bar_t) x_t, the linear noise estimate, to the denoiser's output (unit-scale targets)");
+  });
+}
+
 ModelEntry ddpm_entry() {
   ModelEntry e;
   e.name = "ddpm";
   e.help = "conditional denoising diffusion model: context vectors -> generated vectors (W5, seed 002)";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    s.add("model.context_features", Type::kInt, "conditioning values per sample (inputs 'x')")
-        .min(1)
-        .default_value(YAML::Node(7));
-    s.add("model.out_features", Type::kInt, "generated values per sample (targets 'y')")
-        .min(1)
-        .default_value(YAML::Node(256));
-    s.add("model.hidden", Type::kInt, "width of the context embedding and the denoiser")
-        .min(1)
-        .default_value(YAML::Node(256));
-    s.add("model.layers", Type::kInt, "denoiser hidden layers (the input layer, then residual blocks)")
-        .min(1)
-        .default_value(YAML::Node(2));
-    s.add("model.time_embedding", Type::kInt, "sinusoidal timestep features (even)")
-        .min(2)
-        .default_value(YAML::Node(32));
-    s.add("model.steps", Type::kInt, "diffusion steps T").min(1).default_value(YAML::Node(50));
-    s.add("model.schedule", Type::kString, "noise schedule")
-        .choices({"linear", "cosine"})
-        .default_value(YAML::Node("linear"));
-    s.add("model.skip", Type::kBool,
-          "add sqrt(1 - alpha_bar_t) x_t, the linear noise estimate, to the denoiser's output (unit-scale targets)")
-        .default_value(YAML::Node(true));
-  };
+  e.add_keys = [](config::Schema& s) { ddpm_binding().declare(s); };
   e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
-    const std::int64_t context = config::get_int(c, "model.context_features"), out = config::get_int(c, "model.out_features");
-    const std::int64_t h = config::get_int(c, "model.hidden"), layers = config::get_int(c, "model.layers");
-    const std::int64_t embedding = config::get_int(c, "model.time_embedding");
+    const DdpmOptions o = ddpm_binding().read(c);
+    const std::int64_t context = o.context_features, out = o.out_features, h = o.hidden, layers = o.layers, embedding = o.time_embedding;
     return linear_flops(1, context, h) + linear_flops(1, out + embedding + h, h) + static_cast<double>(layers - 1) * linear_flops(1, h, h) +
            linear_flops(1, h, out);
   };
-  e.check_data = [](const config::Config& c, const data::Dataset& train) {
-    DdpmOptions o;
-    o.context_features = config::get_int(c, "model.context_features");
-    o.out_features = config::get_int(c, "model.out_features");
-    check_data_widths(o, train);
-  };
+  e.check_data = [](const config::Config& c, const data::Dataset& train) { check_data_widths(ddpm_binding().read(c), train); };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    DdpmOptions o;
-    o.context_features = config::get_int(c, "model.context_features");
-    o.out_features = config::get_int(c, "model.out_features");
-    o.hidden = config::get_int(c, "model.hidden");
-    o.layers = config::get_int(c, "model.layers");
-    o.time_embedding = config::get_int(c, "model.time_embedding");
-    o.steps = config::get_int(c, "model.steps");
-    o.schedule = config::get_string(c, "model.schedule");
-    o.skip = config::get_bool(c, "model.skip");
+    const DdpmOptions o = ddpm_binding().read(c);
     if (context.train) check_data_widths(o, *context.train);
     return BuiltModel{std::make_shared<DdpmImpl>(o), make_ddpm_task()};
   };

@@ -12,6 +12,7 @@
 #include <optional>
 #include <tuple>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/models/flops.h"
 #include "bellows/models/linear.h"
 #include "bellows/models/registry.h"
@@ -255,23 +256,37 @@ bool same_coordinates(const std::vector<double>& a, const std::vector<double>& b
   return true;
 }
 
+// The model.* keys of GnnOptions, bound once (config/binding.h). model.residual is no field of it: options_from
+// turns it into residual_channels, which need the data's channel names.
+const config::Binding<GnnOptions>& gnn_binding() {
+  using O = GnnOptions;
+  using M = MeshOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("latent_size", &O::latent_size, "width of node and edge latents").min(1);
+    b.key("num_gnn_layers", &O::num_gnn_layers, "message-passing layers of the processor on the mesh").min(0);
+    b.key("mlp_layers", &O::mlp_layers, "hidden layers in each MLP (0: one Linear)").min(0);
+    b.key("activation", &O::activation, "activation").choices({"silu", "gelu", "relu", "tanh"});
+    b.key("layer_norm", &O::layer_norm, "LayerNorm after each MLP but the output");
+    config::Binding<M> mesh("model.", O{}.mesh);
+    mesh.key("mesh_stride", &M::stride, "grid points per mesh cell side").min(1);
+    mesh.key("mesh_levels", &M::levels, "mesh scales: level k adds edges between every 2^k-th mesh node").min(1);
+    mesh.key("g2m_radius", &M::g2m_radius, "grid->mesh edges reach this fraction of the longest mesh edge").min(1e-6);
+    b.nest(&O::mesh, mesh);
+    // 0 takes the data's channels (options_from); the struct's 8 are for C++ callers.
+    b.key("in_channels", &O::in_channels, "input channels (0: from the data)").min(0).default_value(YAML::Node(0));
+    b.key("out_channels", &O::out_channels, "target channels (0: from the data)").min(0).default_value(YAML::Node(0));
+    b.key("lat", &O::lat, "grid latitudes in degrees (empty: from the data)");
+    b.key("lon", &O::lon, "grid longitudes in degrees (empty: from the data)");
+  });
+}
+
 GnnOptions options_from(const config::Config& c, const ModelContext& context) {
-  GnnOptions o;
-  o.latent_size = config::get_int(c, "model.latent_size");
-  o.num_gnn_layers = config::get_int(c, "model.num_gnn_layers");
-  o.mlp_layers = config::get_int(c, "model.mlp_layers");
-  o.activation = config::get_string(c, "model.activation");
-  o.layer_norm = config::get_bool(c, "model.layer_norm");
-  o.mesh.stride = config::get_int(c, "model.mesh_stride");
-  o.mesh.levels = config::get_int(c, "model.mesh_levels");
-  o.mesh.g2m_radius = config::get_double(c, "model.g2m_radius");
+  GnnOptions o = gnn_binding().read(c);
 
   // --- the grid: model.lat/lon, else the data's (its source's facts: the NetCDF file, or its header alone when
   // the model is rebuilt from a checkpoint's config) ---
   const data::GridFacts* grid = context.facts.grid ? &*context.facts.grid : nullptr;
   const std::string source = !context.facts.source.empty() ? context.facts.source : context.train ? context.train->name() : std::string("no data");
-  o.lat = config::get_double_list(c, "model.lat");
-  o.lon = config::get_double_list(c, "model.lon");
   for (const auto& [key, dim, given, from_data] :
        {std::tuple{"model.lat", "lat", &o.lat, grid ? &grid->lat : nullptr}, std::tuple{"model.lon", "lon", &o.lon, grid ? &grid->lon : nullptr}}) {
     if (given->empty()) {
@@ -291,10 +306,8 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
   }
 
   // --- channels: from the data when it names them; model.in/out_channels otherwise (or as a check) ---
-  const std::int64_t in_key = config::get_int(c, "model.in_channels"), out_key = config::get_int(c, "model.out_channels");
+  const std::int64_t in_key = o.in_channels, out_key = o.out_channels;  // as configured (0: the data's)
   std::vector<std::string> in_names, out_names;
-  o.in_channels = in_key;
-  o.out_channels = out_key;
   if (grid) {
     in_names = grid->input_channels;
     out_names = grid->target_channels;
@@ -347,21 +360,9 @@ ModelEntry gnn_entry() {
   e.name = "gnn";
   e.help = "encode-process-decode graph network on a regional lat/lon grid and mesh (W6); task: regression";
   e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    s.add("model.latent_size", Type::kInt, "width of node and edge latents").min(1).default_value(YAML::Node(128));
-    s.add("model.num_gnn_layers", Type::kInt, "message-passing layers of the processor on the mesh").min(0).default_value(YAML::Node(6));
-    s.add("model.mlp_layers", Type::kInt, "hidden layers in each MLP (0: one Linear)").min(0).default_value(YAML::Node(1));
-    s.add("model.activation", Type::kString, "activation").choices({"silu", "gelu", "relu", "tanh"}).default_value(YAML::Node("silu"));
-    s.add("model.layer_norm", Type::kBool, "LayerNorm after each MLP but the output").default_value(YAML::Node(true));
-    s.add("model.mesh_stride", Type::kInt, "grid points per mesh cell side").min(1).default_value(YAML::Node(4));
-    s.add("model.mesh_levels", Type::kInt, "mesh scales: level k adds edges between every 2^k-th mesh node").min(1).default_value(YAML::Node(1));
-    s.add("model.g2m_radius", Type::kDouble, "grid->mesh edges reach this fraction of the longest mesh edge").min(1e-6).default_value(YAML::Node(0.6));
-    s.add("model.residual", Type::kBool, "predict the change of each target channel from the input channel of the same name")
+    gnn_binding().declare(s);
+    s.add("model.residual", config::Type::kBool, "predict the change of each target channel from the input channel of the same name")
         .default_value(YAML::Node(true));
-    s.add("model.in_channels", Type::kInt, "input channels (0: from the data)").min(0).default_value(YAML::Node(0));
-    s.add("model.out_channels", Type::kInt, "target channels (0: from the data)").min(0).default_value(YAML::Node(0));
-    s.add("model.lat", Type::kDoubleList, "grid latitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
-    s.add("model.lon", Type::kDoubleList, "grid longitudes in degrees (empty: from the data)").default_value(YAML::Load("[]"));
   };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     const GnnOptions o = options_from(c, context);

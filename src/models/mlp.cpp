@@ -10,6 +10,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
@@ -62,25 +63,35 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) { return layers_->forward(x); }
 
 namespace {
 
+// The model.* keys of MlpOptions, bound once (config/binding.h); model.task is no field of it (it picks the task).
+const config::Binding<MlpOptions>& mlp_binding() {
+  using O = MlpOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("in_features", &O::in_features, "input features").min(1);
+    b.key("hidden", &O::hidden, "hidden layer widths").min(1);
+    b.key("out_features", &O::out_features, "outputs (1 for regression, classes for classification)").min(1);
+    b.key("activation", &O::activation, "activation").choices({"gelu", "relu", "silu", "tanh"});
+    b.key("norm", &O::norm, "normalisation after each hidden layer").choices({"none", "layer", "batch"});
+    b.key("dropout", &O::dropout, "dropout probability").min(0).max(0.99);
+  });
+}
+
 ModelEntry mlp_entry() {
   ModelEntry e;
   e.name = "mlp";
   e.help = "multi-layer perceptron over feature vectors (W1); task: regression or classification";
   e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    s.add("model.in_features", Type::kInt, "input features").min(1).default_value(YAML::Node(64));
-    s.add("model.hidden", Type::kIntList, "hidden layer widths").min(1).default_value(YAML::Load("[512, 512, 512]"));
-    s.add("model.out_features", Type::kInt, "outputs (1 for regression, classes for classification)").min(1).default_value(YAML::Node(1));
-    s.add("model.activation", Type::kString, "activation").choices({"gelu", "relu", "silu", "tanh"}).default_value(YAML::Node("gelu"));
-    s.add("model.norm", Type::kString, "normalisation after each hidden layer").choices({"none", "layer", "batch"}).default_value(YAML::Node("none"));
-    s.add("model.dropout", Type::kDouble, "dropout probability").min(0).max(0.99).default_value(YAML::Node(0.0));
-    s.add("model.task", Type::kString, "training objective").choices({"regression", "classification"}).default_value(YAML::Node("regression"));
+    mlp_binding().declare(s);
+    s.add("model.task", config::Type::kString, "training objective")
+        .choices({"regression", "classification"})
+        .default_value(YAML::Node("regression"));
   };
   e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
-    std::vector<std::int64_t> widths{config::get_int(c, "model.in_features")};
-    for (const auto h : config::get_int_list(c, "model.hidden")) widths.push_back(h);
-    widths.push_back(config::get_int(c, "model.out_features"));
-    const bool norm = config::get_string(c, "model.norm") != "none";
+    const MlpOptions o = mlp_binding().read(c);
+    std::vector<std::int64_t> widths{o.in_features};
+    for (const auto h : o.hidden) widths.push_back(h);
+    widths.push_back(o.out_features);
+    const bool norm = o.norm != "none";
     double flops = 0;
     for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
       flops += linear_flops(1, widths[i], widths[i + 1]);
@@ -89,14 +100,7 @@ ModelEntry mlp_entry() {
     return flops;
   };
   e.build = [](const config::Config& c, const ModelContext&) {
-    MlpOptions o;
-    o.in_features = config::get_int(c, "model.in_features");
-    o.hidden = config::get_int_list(c, "model.hidden");
-    o.out_features = config::get_int(c, "model.out_features");
-    o.activation = config::get_string(c, "model.activation");
-    o.norm = config::get_string(c, "model.norm");
-    o.dropout = config::get_double(c, "model.dropout");
-    auto module = std::make_shared<MlpImpl>(o);
+    auto module = std::make_shared<MlpImpl>(mlp_binding().read(c));
     Forward forward = [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<MlpImpl&>(m).forward(x); };
     auto task = config::get_string(c, "model.task") == "classification" ? make_classification_task(forward)
                                                                           : make_regression_task(forward);

@@ -6,13 +6,7 @@
 
 namespace bellows::models {
 namespace {
-
-// A function-local static: registrars in other translation units may run before anything here is initialised.
-Registry<ModelEntry>& models() {
-  static Registry<ModelEntry> r("model");
-  return r;
-}
-
+Registry<ModelEntry>& models() { return registry_of<ModelEntry>("model"); }
 }  // namespace
 
 void register_model(ModelEntry entry) { models().add(std::move(entry)); }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <optional>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
@@ -236,15 +237,19 @@ void check_against_data(ResNetOptions& o, const config::Config& c, const data::D
                        fmt::format("set model.num_classes to at least {} (or 0 to take the data's count)", at_least));
 }
 
-ResNetOptions resnet_options_from_keys(const config::Config& c) {
-  ResNetOptions o;
-  o.depth = config::get_int(c, "model.depth");
-  o.width = config::get_double(c, "model.width");
-  o.in_channels = config::get_int(c, "model.in_channels");
-  o.num_classes = config::get_int(c, "model.num_classes");
-  o.stem = config::get_string(c, "model.stem");
-  o.zero_init_residual = config::get_bool(c, "model.zero_init_residual");
-  return o;
+// The model.* keys of ResNetOptions, bound once (config/binding.h).
+const config::Binding<ResNetOptions>& resnet_binding() {
+  using O = ResNetOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("depth", &O::depth, "18 ([2,2,2,2] BasicBlocks) or 34 ([3,4,6,3])").min(18).max(34);
+    b.key("width", &O::width, "channel multiplier: 64 x width rounded to a multiple of 8 (>= 8) in the first stage").min(1e-3);
+    b.key("in_channels", &O::in_channels, "image channels").min(1);
+    // 0 takes the training data's class count (check_against_data); the struct's 1000 is ImageNet's, for C++ callers.
+    b.key("num_classes", &O::num_classes, "classes (0: the training data's class count)").min(0).default_value(YAML::Node(0));
+    b.key("stem", &O::stem, "imagenet: 7x7 stride-2 conv + max pool; small: 3x3 stride-1 conv, no pool (small images)")
+        .choices({"imagenet", "small"});
+    b.key("zero_init_residual", &O::zero_init_residual, "start each block's last BatchNorm at weight 0");
+  });
 }
 
 ModelEntry resnet_entry() {
@@ -252,38 +257,18 @@ ModelEntry resnet_entry() {
   e.name = "resnet";
   e.convolutional = true;
   e.help = "ResNet-18/34 image classifier, torchvision-compatible names (W4); task: classification";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    s.add("model.depth", Type::kInt, "18 ([2,2,2,2] BasicBlocks) or 34 ([3,4,6,3])")
-        .min(18)
-        .max(34)
-        .default_value(YAML::Node(18));
-    s.add("model.width", Type::kDouble,
-          "channel multiplier: 64 x width rounded to a multiple of 8 (>= 8) in the first stage")
-        .min(1e-3)
-        .default_value(YAML::Node(1.0));
-    s.add("model.in_channels", Type::kInt, "image channels").min(1).default_value(YAML::Node(3));
-    s.add("model.num_classes", Type::kInt, "classes (0: the training data's class count)")
-        .min(0)
-        .default_value(YAML::Node(0));
-    s.add("model.stem", Type::kString,
-          "imagenet: 7x7 stride-2 conv + max pool; small: 3x3 stride-1 conv, no pool (small images)")
-        .choices({"imagenet", "small"})
-        .default_value(YAML::Node("imagenet"));
-    s.add("model.zero_init_residual", Type::kBool, "start each block's last BatchNorm at weight 0")
-        .default_value(YAML::Node(false));
-  };
+  e.add_keys = [](config::Schema& s) { resnet_binding().declare(s); };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the image size comes from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
     if (x.dim() != 4) return std::nullopt;
-    ResNetOptions o = resnet_options_from_keys(c);
+    ResNetOptions o = resnet_binding().read(c);
     o.in_channels = x.size(1);
     if (o.num_classes == 0) check_against_data(o, c, *context.train, context.facts);
     return resnet_forward_flops(o, x.size(2), x.size(3));
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    ResNetOptions o = resnet_options_from_keys(c);
+    ResNetOptions o = resnet_binding().read(c);
     if (context.train) {
       check_against_data(o, c, *context.train, context.facts);
     } else {

@@ -191,17 +191,27 @@ at::Tensor RnnModelImpl::forward(const at::Tensor& x, const at::Tensor& lengths)
   return head_->forward(pooled);
 }
 
-void add_sequence_head_keys(config::Schema& s) {
-  using config::Type;
-  s.add("model.out_features", Type::kInt, "outputs (regression: horizon x target columns; classification: classes)")
-      .min(1)
-      .default_value(YAML::Node(1));
-  s.add("model.task", Type::kString, "training objective")
+void add_sequence_task_key(config::Schema& s) {
+  s.add("model.task", config::Type::kString, "training objective")
       .choices({"regression", "classification"})
       .default_value(YAML::Node("regression"));
 }
 
 namespace {
+
+// The model.* keys of RnnOptions (both cells), bound once (config/binding.h); the cell is the model's name.
+const config::Binding<RnnOptions>& rnn_binding() {
+  using O = RnnOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("in_features", &O::in_features, "features per time step").min(1);
+    b.key("hidden_size", &O::hidden_size, "recurrent state width").min(1);
+    b.key("num_layers", &O::num_layers, "stacked recurrent layers").min(1);
+    b.key("bidirectional", &O::bidirectional, "also run each layer backwards in time");
+    b.key("dropout", &O::dropout, "dropout between recurrent layers").min(0).max(0.99);
+    b.key("pooling", &O::pooling, "sequence summary: last valid step, or mean over valid steps").choices({"last", "mean"});
+    bind_sequence_out_features(b);
+  });
+}
 
 ModelEntry rnn_entry(const std::string& cell) {
   ModelEntry e;
@@ -211,39 +221,21 @@ ModelEntry rnn_entry(const std::string& cell) {
       "classification",
       cell == "lstm" ? "multi-layer LSTM" : "multi-layer GRU");
   e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    s.add("model.in_features", Type::kInt, "features per time step").min(1).default_value(node(16));
-    s.add("model.hidden_size", Type::kInt, "recurrent state width").min(1).default_value(node(128));
-    s.add("model.num_layers", Type::kInt, "stacked recurrent layers").min(1).default_value(node(2));
-    s.add("model.bidirectional", Type::kBool, "also run each layer backwards in time").default_value(node(false));
-    s.add("model.dropout", Type::kDouble, "dropout between recurrent layers").min(0).max(0.99).default_value(node(0.0));
-    s.add("model.pooling", Type::kString, "sequence summary: last valid step, or mean over valid steps")
-        .choices({"last", "mean"})
-        .default_value(node("last"));
-    add_sequence_head_keys(s);
+    rnn_binding().declare(s);
+    add_sequence_task_key(s);
   };
   e.forward_flops = [cell](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
     if (x.dim() != 3) return std::nullopt;
-    const std::int64_t hidden = config::get_int(c, "model.hidden_size");
-    const bool bidirectional = config::get_bool(c, "model.bidirectional");
-    return recurrent_flops(x.size(1), config::get_int(c, "model.in_features"), hidden, config::get_int(c, "model.num_layers"),
-                           bidirectional, cell == "lstm" ? 4 : 3) +
-           linear_flops(1, hidden * (bidirectional ? 2 : 1), config::get_int(c, "model.out_features"));
+    const RnnOptions o = rnn_binding().read(c);
+    return recurrent_flops(x.size(1), o.in_features, o.hidden_size, o.num_layers, o.bidirectional, cell == "lstm" ? 4 : 3) +
+           linear_flops(1, o.hidden_size * (o.bidirectional ? 2 : 1), o.out_features);
   };
   e.build = [cell](const config::Config& c, const ModelContext& context) {
     check_sequence_data(c, context, cell);
-    RnnOptions o;
+    RnnOptions o = rnn_binding().read(c);
     o.cell = cell;
-    o.in_features = config::get_int(c, "model.in_features");
-    o.hidden_size = config::get_int(c, "model.hidden_size");
-    o.num_layers = config::get_int(c, "model.num_layers");
-    o.bidirectional = config::get_bool(c, "model.bidirectional");
-    o.dropout = config::get_double(c, "model.dropout");
-    o.pooling = config::get_string(c, "model.pooling");
-    o.out_features = config::get_int(c, "model.out_features");
     auto module = std::make_shared<RnnModelImpl>(o);
     SequenceForward forward = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& lengths) {
       return static_cast<RnnModelImpl&>(m).forward(x, lengths);

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/models/dropout.h"
 #include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
@@ -189,6 +190,23 @@ std::int64_t from_data(const config::Config& c, const std::string& key, std::int
   return configured;
 }
 
+// The model.* keys of TextPairOptions, bound once (config/binding.h). A 0 in model.max_len, vocab_size or
+// num_classes takes the data's value (build below), so the config's default is 0 where the struct's is a size
+// for C++ callers. freeze_encoder and the encoder_weights keys are no options fields: they act on the built model.
+const config::Binding<TextPairOptions>& text_pair_binding() {
+  using O = TextPairOptions;
+  using E = TransformerEncoderOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    config::Binding<E> encoder = encoder_binding(O{}.encoder);  // positions: learned
+    encoder.key("max_len", &E::max_len, "longest token sequence (0: data.text.max_len)").min(0).default_value(YAML::Node(0));
+    b.nest(&O::encoder, encoder);
+    b.key("pooling", &O::pooling, "sequence summary: the [CLS] output or the mean over real tokens").choices({"cls", "mean"});
+    b.key("vocab_size", &O::vocab_size, "token embedding rows (0: the tokenizer's vocabulary)").min(0).default_value(YAML::Node(0));
+    b.key("pad_id", &O::pad_id, "padding token id without text_pairs data (with it: the tokenizer's)").min(0);
+    b.key("num_classes", &O::num_classes, "classes (0: the data's labels)").min(0).default_value(YAML::Node(0));
+  });
+}
+
 ModelEntry text_pair_entry() {
   ModelEntry e;
   e.name = "text_pair";
@@ -196,13 +214,7 @@ ModelEntry text_pair_entry() {
   e.add_keys = [](config::Schema& s) {
     using config::Type;
     auto node = [](auto v) { return YAML::Node(v); };
-    add_encoder_keys(s, "learned");
-    s.add("model.max_len", Type::kInt, "longest token sequence (0: data.text.max_len)").min(0).default_value(node(0));
-    s.add("model.pooling", Type::kString, "sequence summary: the [CLS] output or the mean over real tokens")
-        .choices({"cls", "mean"}).default_value(node("cls"));
-    s.add("model.vocab_size", Type::kInt, "token embedding rows (0: the tokenizer's vocabulary)").min(0).default_value(node(0));
-    s.add("model.pad_id", Type::kInt, "padding token id without text_pairs data (with it: the tokenizer's)").min(0).default_value(node(0));
-    s.add("model.num_classes", Type::kInt, "classes (0: the data's labels)").min(0).default_value(node(0));
+    text_pair_binding().declare(s);
     s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
         .default_value(node(false));
     s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
@@ -212,24 +224,19 @@ ModelEntry text_pair_entry() {
   };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     // At the longest pair the data allows: batches are padded to their longest pair, so most steps compute less.
-    const TransformerEncoderOptions encoder = encoder_options_from(c);
-    const std::int64_t max_len = config::get_int(c, "model.max_len");
-    const std::int64_t classes = config::get_int(c, "model.num_classes");
+    const TextPairOptions o = text_pair_binding().read(c);
     const auto& text = context.facts.text;
-    const std::int64_t tokens = max_len > 0 ? max_len : text ? text->max_len : 128;
-    const std::int64_t num_classes = classes > 0 ? classes : text ? text->num_classes : 0;
+    const std::int64_t tokens = o.encoder.max_len > 0 ? o.encoder.max_len : text ? text->max_len : 128;
+    const std::int64_t num_classes = o.num_classes > 0 ? o.num_classes : text ? text->num_classes : 0;
     if (num_classes <= 0) return std::nullopt;
-    return encoder_forward_flops(encoder, tokens) + linear_flops(1, encoder.d_model, num_classes);
+    return encoder_forward_flops(o.encoder, tokens) + linear_flops(1, o.encoder.d_model, num_classes);
   };
   e.forward_flops_basis = "at the longest pair (model.max_len or data.text.max_len tokens); batches are padded to their longest pair, "
                           "so shorter batches compute less";
   e.build = [](const config::Config& c, const ModelContext& context) {
-    TextPairOptions o;
-    o.pooling = config::get_string(c, "model.pooling");
-    o.encoder = encoder_options_from(c);
-    const std::int64_t vocab = config::get_int(c, "model.vocab_size");
-    const std::int64_t classes = config::get_int(c, "model.num_classes");
-    const std::int64_t max_len = config::get_int(c, "model.max_len");
+    TextPairOptions o = text_pair_binding().read(c);
+    // As configured (0: the data's).
+    const std::int64_t vocab = o.vocab_size, classes = o.num_classes, max_len = o.encoder.max_len;
     if (const auto& text = context.facts.text) {  // tokenised text data: its vocabulary, labels and length
       o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size, "tokenizer vocabulary size");
       o.num_classes = from_data(c, "model.num_classes", classes, text->num_classes, "number of labels");
@@ -244,10 +251,7 @@ ModelEntry text_pair_entry() {
                            fmt::format("model text_pair without text_pairs data needs model.vocab_size and model.num_classes "
                                        "(they are {} and {})", vocab, classes),
                            "use data.source: text_pairs, or set both keys");
-      o.vocab_size = vocab;
-      o.num_classes = classes;
-      o.pad_id = config::get_int(c, "model.pad_id");
-      o.encoder.max_len = max_len == 0 ? 128 : max_len;
+      o.encoder.max_len = max_len == 0 ? 128 : max_len;  // pad_id, vocab_size and num_classes: the config's
     }
     auto module = std::make_shared<TextPairClassifierImpl>(o);
     if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();

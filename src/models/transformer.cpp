@@ -244,70 +244,54 @@ at::Tensor TransformerModelImpl::forward(const at::Tensor& x, const at::Tensor& 
   return linear(head_, pooled);
 }
 
-void add_encoder_keys(config::Schema& s, const std::string& default_positions) {
-  using config::Type;
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("model.d_model", Type::kInt, "model width").min(1).default_value(node(256));
-  s.add("model.heads", Type::kInt, "attention heads (dividing d_model)").min(1).default_value(node(4));
-  s.add("model.layers", Type::kInt, "encoder layers").min(1).default_value(node(4));
-  s.add("model.ff", Type::kInt, "feed-forward width").min(1).default_value(node(1024));
-  s.add("model.dropout", Type::kDouble, "attention, residual and feed-forward dropout (text_pair: and the head's)")
-      .min(0)
-      .max(0.99)
-      .default_value(node(0.1));
-  s.add("model.activation", Type::kString, "feed-forward activation").choices({"gelu", "relu"}).default_value(node("gelu"));
-  s.add("model.positions", Type::kString, "position encoding")
-      .choices({"sinusoidal", "learned", "none"})
-      .default_value(node(default_positions));
-}
-
-TransformerEncoderOptions encoder_options_from(const config::Config& c) {
-  TransformerEncoderOptions o;
-  o.d_model = config::get_int(c, "model.d_model");
-  o.heads = config::get_int(c, "model.heads");
-  o.layers = config::get_int(c, "model.layers");
-  o.ff = config::get_int(c, "model.ff");
-  o.dropout = config::get_double(c, "model.dropout");
-  o.activation = config::get_string(c, "model.activation");
-  o.positions = config::get_string(c, "model.positions");
-  return o;
+config::Binding<TransformerEncoderOptions> encoder_binding(const TransformerEncoderOptions& defaults) {
+  using E = TransformerEncoderOptions;
+  config::Binding<E> b("model.", defaults);
+  b.key("d_model", &E::d_model, "model width").min(1);
+  b.key("heads", &E::heads, "attention heads (dividing d_model)").min(1);
+  b.key("layers", &E::layers, "encoder layers").min(1);
+  b.key("ff", &E::ff, "feed-forward width").min(1);
+  b.key("dropout", &E::dropout, "attention, residual and feed-forward dropout (text_pair: and the head's)").min(0).max(0.99);
+  b.key("activation", &E::activation, "feed-forward activation").choices({"gelu", "relu"});
+  b.key("positions", &E::positions, "position encoding").choices({"sinusoidal", "learned", "none"});
+  return b;
 }
 
 namespace {
+
+// The model.* keys of TransformerModelOptions, bound once (config/binding.h); model.task is no field of it.
+const config::Binding<TransformerModelOptions>& transformer_binding() {
+  using O = TransformerModelOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("in_features", &O::in_features, "features per time step").min(1);
+    config::Binding<TransformerEncoderOptions> encoder = encoder_binding(O{}.encoder);
+    encoder.key("max_len", &TransformerEncoderOptions::max_len, "longest sequence (with pooling cls: steps + 1)").min(1);
+    b.nest(&O::encoder, encoder);
+    b.key("pooling", &O::pooling, "sequence summary: mean over valid steps, last valid step, or a cls token")
+        .choices({"mean", "last", "cls"});
+    bind_sequence_out_features(b);
+  });
+}
 
 ModelEntry transformer_entry() {
   ModelEntry e;
   e.name = "transformer";
   e.help = "pre-LN Transformer encoder over sequence windows [T, F] (W3); task: regression or classification";
   e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    s.add("model.in_features", Type::kInt, "features per time step").min(1).default_value(node(16));
-    add_encoder_keys(s, "sinusoidal");
-    s.add("model.max_len", Type::kInt, "longest sequence (with pooling cls: steps + 1)")
-        .min(1)
-        .default_value(node(512));
-    s.add("model.pooling", Type::kString, "sequence summary: mean over valid steps, last valid step, or a cls token")
-        .choices({"mean", "last", "cls"})
-        .default_value(node("mean"));
-    add_sequence_head_keys(s);
+    transformer_binding().declare(s);
+    add_sequence_task_key(s);
   };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
     if (x.dim() != 3) return std::nullopt;
-    TransformerEncoderOptions o = encoder_options_from(c);
-    const std::int64_t steps = x.size(1), tokens = steps + (config::get_string(c, "model.pooling") == "cls" ? 1 : 0);
-    return linear_flops(static_cast<double>(steps), config::get_int(c, "model.in_features"), o.d_model) + encoder_forward_flops(o, tokens) +
-           linear_flops(1, o.d_model, config::get_int(c, "model.out_features"));
+    const TransformerModelOptions o = transformer_binding().read(c);
+    const std::int64_t steps = x.size(1), tokens = steps + (o.pooling == "cls" ? 1 : 0);
+    return linear_flops(static_cast<double>(steps), o.in_features, o.encoder.d_model) + encoder_forward_flops(o.encoder, tokens) +
+           linear_flops(1, o.encoder.d_model, o.out_features);
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    TransformerModelOptions o;
-    o.in_features = config::get_int(c, "model.in_features");
-    o.out_features = config::get_int(c, "model.out_features");
-    o.pooling = config::get_string(c, "model.pooling");
-    o.encoder = encoder_options_from(c);
-    o.encoder.max_len = config::get_int(c, "model.max_len");
+    const TransformerModelOptions o = transformer_binding().read(c);
     const std::int64_t steps = check_sequence_data(c, context, "transformer") + (o.pooling == "cls" ? 1 : 0);
     BELLOWS_CHECK_CONFIG(
         o.encoder.positions == "none" || steps <= o.encoder.max_len,

@@ -19,10 +19,7 @@
 namespace bellows::precision {
 namespace {
 
-Registry<PrecisionEntry>& policies() {  // function-local: registrars in other files may run first
-  static Registry<PrecisionEntry> r("precision policy");
-  return r;
-}
+Registry<PrecisionEntry>& policies() { return registry_of<PrecisionEntry>("precision policy"); }
 
 GradScalerOptions scaler_options_for(const PrecisionEntry& entry, GradScalerOptions options) {
   if (!entry.scales_loss) options.enabled = false;  // inf/NaN check only
@@ -97,11 +94,7 @@ class StandardPolicy final : public Precision {
 
 void register_precision(PrecisionEntry entry) { policies().add(std::move(entry)); }
 
-std::vector<PrecisionEntry> precision_entries() {
-  std::vector<PrecisionEntry> all = policies().all();
-  std::stable_sort(all.begin(), all.end(), [](const PrecisionEntry& a, const PrecisionEntry& b) { return a.order < b.order; });
-  return all;
-}
+std::vector<PrecisionEntry> precision_entries() { return in_order(policies().all()); }
 
 std::vector<std::string> precision_names() {
   std::vector<std::string> names;

@@ -35,7 +35,7 @@ std::vector<std::string> cuda_units() {
 }
 
 const std::vector<std::string>& cuda_build_units() {
-  static const std::vector<std::string> units = {"app/selftest_cuda", "data/cuda_stager", "dist/nccl_backend", "hw/gpu_probe_cuda",
+  static const std::vector<std::string> units = {"data/cuda_stager", "dist/nccl_backend", "hw/gpu_probe_cuda", "lab/selftest_cuda",
                                                  "obs/cuda_memory", "train/cuda_step_graph"};
   return units;
 }

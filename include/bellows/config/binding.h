@@ -8,6 +8,7 @@
 //   optim.key("lr", &OptimizerOptions::lr, "peak learning rate").min(0);   // optim.lr: a number, default 0.001
 //   optim.declare(schema);
 //   const OptimizerOptions o = optim.read(config);
+// config::bound makes a binding once, where it is asked for (the usual way: see bound below).
 #pragma once
 
 #include <cstdint>
@@ -146,5 +147,20 @@ class Binding {
   Options defaults_;
   std::deque<Key> keys_;  // a deque: the builders returned keep pointing at their key
 };
+
+// A binding made once, the first time it is asked for; `fill` declares its keys. Each call site's lambda is a type of
+// its own, so each site keeps its own binding:
+//   const config::Binding<MlpOptions>& mlp_binding() {
+//     return config::bound<MlpOptions>("model.", [](config::Binding<MlpOptions>& b) { b.key(...); });
+//   }
+template <class Options, class Fill>
+const Binding<Options>& bound(const std::string& prefix, Fill fill) {
+  static const Binding<Options> binding = [&] {
+    Binding<Options> b(prefix);
+    fill(b);
+    return b;
+  }();
+  return binding;
+}
 
 }  // namespace bellows::config

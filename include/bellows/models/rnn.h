@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "bellows/config/binding.h"   // defines: Binding
 #include "bellows/config/schema.h"    // defines: Schema, Config
 #include "bellows/models/registry.h"  // defines: ModelContext
 #include "bellows/models/task.h"      // defines: Task
@@ -68,8 +69,13 @@ using SequenceForward = std::function<at::Tensor(torch::nn::Module&, const at::T
 // to the model with x. `task`: regression | classification.
 std::shared_ptr<Task> make_sequence_task(SequenceForward forward, const std::string& task);
 
-// The sequence models' head keys: model.out_features and model.task (regression | classification).
-void add_sequence_head_keys(config::Schema& schema);
+// The sequence models' head keys: model.out_features, bound to the options' out_features (in a binding with the
+// prefix "model."), and model.task (regression | classification), which is no options field: it picks the task.
+template <class Options>
+void bind_sequence_out_features(config::Binding<Options>& binding) {
+  binding.key("out_features", &Options::out_features, "outputs (regression: horizon x target columns; classification: classes)").min(1);
+}
+void add_sequence_task_key(config::Schema& schema);
 
 // Pools [B, T, C] over steps to [B, C]: "last" (step lengths-1) or "mean" (over the first `lengths` steps,
 // masked, so padded values never matter). Undefined lengths: all T steps are valid; lengths clamp to [1, T].

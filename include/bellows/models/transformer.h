@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bellows/config/binding.h"                // defines: Binding
 #include "bellows/config/schema.h"                 // defines: Schema, Config
 #include "bellows/models/activation_checkpoint.h"  // defines: Checkpointable
 
@@ -34,11 +35,9 @@ struct TransformerEncoderOptions {
 };
 
 // The encoder's model.* keys, shared by the models "transformer" and "text_pair": d_model, heads, layers, ff,
-// dropout, activation and positions (default `default_positions`). max_len is the model's own: its default and
-// meaning differ.
-void add_encoder_keys(config::Schema& schema, const std::string& default_positions);
-// Those keys' values (max_len keeps its default).
-TransformerEncoderOptions encoder_options_from(const config::Config& config);
+// dropout, activation and positions, with the defaults of the model's encoder `defaults` (their positions
+// differ). max_len is bound by each model: its default and meaning differ.
+config::Binding<TransformerEncoderOptions> encoder_binding(const TransformerEncoderOptions& defaults);
 
 // The encoder's analytic forward FLOPs for one sequence of `length` tokens (models/flops.h): per layer the
 // self-attention, the feed-forward's two Linear layers and two LayerNorms; then the final LayerNorm.

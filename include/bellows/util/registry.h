@@ -62,4 +62,20 @@ class Registry {
   std::deque<Entry> entries_;  // a deque: find() hands out references that later additions keep valid
 };
 
+// The process's one registry of `Entry`s (a template's function-local static: one per entry type), made on first use,
+// since registrars in other files may run before anything in the registering file is initialised. `what` names the
+// kind in errors.
+template <class Entry>
+Registry<Entry>& registry_of(const char* what) {
+  static Registry<Entry> r(what);
+  return r;
+}
+
+// Entries that have an `order` member, in that order (equal orders stay sorted by name).
+template <class Entry>
+std::vector<Entry> in_order(std::vector<Entry> entries) {
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.order < b.order; });
+  return entries;
+}
+
 }  // namespace bellows

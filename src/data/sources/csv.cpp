@@ -1,6 +1,7 @@
 // data.source: csv -- CSV/TSV tables, columns by name (data.csv.*), as rows or as a series for sliding windows.
 #include <fmt/format.h>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/csv.h"
 #include "bellows/data/csv_dataset.h"
 #include "bellows/data/source_registry.h"
@@ -8,19 +9,33 @@
 namespace bellows::data {
 namespace {
 
+// The data.csv.* keys of CsvOptions, bound once (config/binding.h).
+const config::Binding<CsvOptions>& csv_binding() {
+  using O = CsvOptions;
+  using config::Type;
+  return config::bound<O>("data.csv.", [](config::Binding<O>& b) {
+    // A word or one character, into a char ('\0', auto: the file's extension decides).
+    b.custom("delimiter", Type::kString, "field separator: auto (tab for .tsv/.tab, else comma), ',', ';', '|' or tab",
+             [](const config::Config& c, const std::string& key, O& o) {
+               const std::string delimiter = config::get_string(c, key);
+               o.delimiter = delimiter == "auto" ? '\0' : delimiter == "tab" ? '\t' : delimiter[0];
+             }).choices({"auto", ",", ";", "|", "tab"}).default_value(YAML::Node("auto"));
+    b.key("features", &O::features, "input columns (empty: all but the targets)");
+    b.key("targets", &O::targets, "target columns");
+    b.key("categorical", &O::categorical, "columns whose values map to a class index");
+    b.key("integer", &O::integer, "columns parsed as integers");
+    b.key("missing", &O::missing, "missing values: error, drop the row, zero, or the column mean")
+        .choices({"error", "drop", "zero", "mean"});
+    // A std::size_t, which a binding does not read as it is.
+    b.custom("chunk_bytes", Type::kInt, "read size", [](const config::Config& c, const std::string& key, O& o) {
+       o.chunk_bytes = static_cast<std::size_t>(config::get_int(c, key));
+     }).min(4096).default_value(YAML::Node(static_cast<std::int64_t>(O{}.chunk_bytes)));
+  });
+}
+
 CsvOptions csv_options(const SourceRequest& r) {
-  using namespace config;
-  const Config& c = *r.config;
-  CsvOptions o;
+  CsvOptions o = csv_binding().read(*r.config);
   o.path = r.path;
-  const std::string delimiter = get_string(c, "data.csv.delimiter");
-  o.delimiter = delimiter == "auto" ? '\0' : delimiter == "tab" ? '\t' : delimiter[0];
-  o.features = get_string_list(c, "data.csv.features");
-  o.targets = get_string_list(c, "data.csv.targets");
-  o.categorical = get_string_list(c, "data.csv.categorical");
-  o.integer = get_string_list(c, "data.csv.integer");
-  o.missing = get_string(c, "data.csv.missing");
-  o.chunk_bytes = static_cast<std::size_t>(get_int(c, "data.csv.chunk_bytes"));
   return o;
 }
 
@@ -28,20 +43,7 @@ SourceEntry csv_source() {
   SourceEntry e;
   e.name = "csv";
   e.help = "CSV/TSV tables: typed and categorical columns, missing-value policy";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    const YAML::Node empty = YAML::Load("[]");
-    s.add("data.csv.delimiter", Type::kString, "field separator: auto (tab for .tsv/.tab, else comma), ',', ';', '|' or tab")
-        .choices({"auto", ",", ";", "|", "tab"}).default_value(node("auto"));
-    s.add("data.csv.features", Type::kStringList, "input columns (empty: all but the targets)").default_value(empty);
-    s.add("data.csv.targets", Type::kStringList, "target columns").default_value(empty);
-    s.add("data.csv.categorical", Type::kStringList, "columns whose values map to a class index").default_value(empty);
-    s.add("data.csv.integer", Type::kStringList, "columns parsed as integers").default_value(empty);
-    s.add("data.csv.missing", Type::kString, "missing values: error, drop the row, zero, or the column mean")
-        .choices({"error", "drop", "zero", "mean"}).default_value(node("error"));
-    s.add("data.csv.chunk_bytes", Type::kInt, "read size").min(4096).default_value(node(4 << 20));
-  };
+  e.add_keys = [](config::Schema& s) { csv_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_csv_dataset(csv_options(r)); };
   e.read_series = [](const SourceRequest& r) {
     CsvTable table = read_csv(csv_options(r));

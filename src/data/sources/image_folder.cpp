@@ -1,42 +1,36 @@
 // data.source: image_folder -- PNG/JPEG images in class subfolders or listed by a CSV index; resize, crop and
 // flip on uint8, normalised after the device copy. Its class list is the fact a classifier sizes its head by.
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/image_folder.h"
 #include "bellows/data/source_registry.h"
 
 namespace bellows::data {
 namespace {
 
+// The data.images.* keys of ImageFolderOptions, bound once (config/binding.h).
+const config::Binding<ImageFolderOptions>& image_folder_binding() {
+  using O = ImageFolderOptions;
+  return config::bound<O>("data.images.", [](config::Binding<O>& b) {
+    b.key("index", &O::index, "CSV index (path,label) instead of class subfolders");
+    b.key("channels", &O::channels, "1 (gray) or 3 (RGB)").min(1).max(3);
+    b.key("resize", &O::resize, "[H, W], or [S] for the shorter side (empty: none)").min(1);
+    b.key("crop", &O::crop, "[h, w] crop: random in training, center in evaluation").min(1);
+    b.key("random_crop", &O::random_crop, "random crop in training (false: center)");
+    b.key("hflip", &O::hflip, "random horizontal flip in training");
+    b.key("mean", &O::mean, "per-channel mean on [0, 1] values");
+    b.key("std", &O::std, "per-channel std on [0, 1] values").min(1e-12);
+  });
+}
+
 SourceEntry image_folder_source() {
   SourceEntry e;
   e.name = "image_folder";
   e.help = "PNG/JPEG images in class subfolders or a CSV index";
   e.path_hint = "set data.path to the image folder";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    const YAML::Node empty = YAML::Load("[]");
-    s.add("data.images.index", Type::kString, "CSV index (path,label) instead of class subfolders").default_value(node(""));
-    s.add("data.images.channels", Type::kInt, "1 (gray) or 3 (RGB)").min(1).max(3).default_value(node(3));
-    s.add("data.images.resize", Type::kIntList, "[H, W], or [S] for the shorter side (empty: none)").min(1).default_value(empty);
-    s.add("data.images.crop", Type::kIntList, "[h, w] crop: random in training, center in evaluation").min(1).default_value(empty);
-    s.add("data.images.random_crop", Type::kBool, "random crop in training (false: center)").default_value(node(true));
-    s.add("data.images.hflip", Type::kBool, "random horizontal flip in training").default_value(node(false));
-    s.add("data.images.mean", Type::kDoubleList, "per-channel mean on [0, 1] values").default_value(YAML::Load("[0.485, 0.456, 0.406]"));
-    s.add("data.images.std", Type::kDoubleList, "per-channel std on [0, 1] values").min(1e-12).default_value(YAML::Load("[0.229, 0.224, 0.225]"));
-  };
+  e.add_keys = [](config::Schema& s) { image_folder_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> {
-    using namespace config;
-    const Config& c = *r.config;
-    ImageFolderOptions o;
+    ImageFolderOptions o = image_folder_binding().read(*r.config);
     o.root = r.path;
-    o.index = get_string(c, "data.images.index");
-    o.channels = static_cast<int>(get_int(c, "data.images.channels"));
-    o.resize = get_int_list(c, "data.images.resize");
-    o.crop = get_int_list(c, "data.images.crop");
-    o.random_crop = get_bool(c, "data.images.random_crop");
-    o.hflip = get_bool(c, "data.images.hflip");
-    o.mean = get_double_list(c, "data.images.mean");
-    o.std = get_double_list(c, "data.images.std");
     // Gray images with the RGB (ImageNet) defaults: their channel average.
     if (o.channels == 1 && o.mean == std::vector<double>{0.485, 0.456, 0.406}) o.mean = {0.449};
     if (o.channels == 1 && o.std == std::vector<double>{0.229, 0.224, 0.225}) o.std = {0.226};

@@ -1,25 +1,31 @@
 // data.source: netcdf -- variables on a time/lat/lon[/level] grid, normalised with cached statistics; the
 // grid's coordinates and channel names are the facts a graph network builds its mesh from.
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/netcdf_dataset.h"
 #include "bellows/data/source_registry.h"
 
 namespace bellows::data {
 namespace {
 
+// The data.netcdf.* keys of NetcdfOptions, bound once (config/binding.h).
+const config::Binding<NetcdfOptions>& netcdf_binding() {
+  using O = NetcdfOptions;
+  return config::bound<O>("data.netcdf.", [](config::Binding<O>& b) {
+    b.key("variables", &O::variables, "input variables (empty: all on the time/lat/lon grid)");
+    b.key("targets", &O::targets, "target variables (empty: the inputs)");
+    b.key("horizon", &O::horizon, "targets at time t + horizon").min(0);
+    b.key("time_dim", &O::time_dim, "time dimension name");
+    b.key("lat_dim", &O::lat_dim, "latitude dimension name");
+    b.key("lon_dim", &O::lon_dim, "longitude dimension name");
+    b.key("level_dim", &O::level_dim, "vertical level dimension name");
+    b.key("normalize", &O::normalize, "per-variable, per-level standardisation");
+    b.key("stats_cache", &O::stats_cache, "statistics cache file (empty: beside the data)");
+  });
+}
+
 NetcdfOptions netcdf_options(const SourceRequest& r) {
-  using namespace config;
-  const Config& c = *r.config;
-  NetcdfOptions o;
+  NetcdfOptions o = netcdf_binding().read(*r.config);
   o.path = r.path;
-  o.variables = get_string_list(c, "data.netcdf.variables");
-  o.targets = get_string_list(c, "data.netcdf.targets");
-  o.horizon = get_int(c, "data.netcdf.horizon");
-  o.time_dim = get_string(c, "data.netcdf.time_dim");
-  o.lat_dim = get_string(c, "data.netcdf.lat_dim");
-  o.lon_dim = get_string(c, "data.netcdf.lon_dim");
-  o.level_dim = get_string(c, "data.netcdf.level_dim");
-  o.normalize = get_bool(c, "data.netcdf.normalize");
-  o.stats_cache = get_string(c, "data.netcdf.stats_cache");
   return o;
 }
 
@@ -35,20 +41,7 @@ SourceEntry netcdf_source() {
   e.name = "netcdf";
   e.help = "NetCDF variables on a time/lat/lon[/level] grid";
   e.temporal = true;
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    const YAML::Node empty = YAML::Load("[]");
-    s.add("data.netcdf.variables", Type::kStringList, "input variables (empty: all on the time/lat/lon grid)").default_value(empty);
-    s.add("data.netcdf.targets", Type::kStringList, "target variables (empty: the inputs)").default_value(empty);
-    s.add("data.netcdf.horizon", Type::kInt, "targets at time t + horizon").min(0).default_value(node(1));
-    s.add("data.netcdf.time_dim", Type::kString, "time dimension name").default_value(node("time"));
-    s.add("data.netcdf.lat_dim", Type::kString, "latitude dimension name").default_value(node("lat"));
-    s.add("data.netcdf.lon_dim", Type::kString, "longitude dimension name").default_value(node("lon"));
-    s.add("data.netcdf.level_dim", Type::kString, "vertical level dimension name").default_value(node("level"));
-    s.add("data.netcdf.normalize", Type::kBool, "per-variable, per-level standardisation").default_value(node(true));
-    s.add("data.netcdf.stats_cache", Type::kString, "statistics cache file (empty: beside the data)").default_value(node(""));
-  };
+  e.add_keys = [](config::Schema& s) { netcdf_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_netcdf_dataset(netcdf_options(r)); };
   e.facts = [](const Dataset& d) {
     const auto* nc = dynamic_cast<const NetcdfDataset*>(&d);

@@ -1,6 +1,7 @@
 // data.source: npy -- NumPy .npy/.npz arrays (memory-mapped), as rows or as a series for sliding windows.
 #include <fmt/format.h>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/npy.h"
 #include "bellows/data/npy_dataset.h"
 #include "bellows/data/source_registry.h"
@@ -9,11 +10,14 @@
 namespace bellows::data {
 namespace {
 
-NpyReadOptions read_options(const SourceRequest& r) {
-  NpyReadOptions o;
-  o.mmap = config::get_bool(*r.config, "data.npy.mmap");
-  return o;
+// The data.npy.* key of NpyReadOptions, bound once (config/binding.h); data.npy.x and y name arrays (arrays()).
+const config::Binding<NpyReadOptions>& npy_binding() {
+  return config::bound<NpyReadOptions>("data.npy.", [](config::Binding<NpyReadOptions>& b) {
+    b.key("mmap", &NpyReadOptions::mmap, "memory-map arrays instead of reading them");
+  });
 }
+
+NpyReadOptions read_options(const SourceRequest& r) { return npy_binding().read(*r.config); }
 
 std::string npz_member(const std::filesystem::path& path, const std::string& name) {
   return path.extension() == ".npz" ? fmt::format("{}:{}", path.string(), name) : name;
@@ -44,7 +48,7 @@ SourceEntry npy_source() {
     auto node = [](auto v) { return YAML::Node(v); };
     s.add("data.npy.x", Type::kString, ".npz: input array name").default_value(node("x"));
     s.add("data.npy.y", Type::kString, ".npz: target array name ('' for none); .npy: another file, or file.npz:array").default_value(node("y"));
-    s.add("data.npy.mmap", Type::kBool, "memory-map arrays instead of reading them").default_value(node(true));
+    npy_binding().declare(s);
   };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_npy_dataset(arrays(r), read_options(r)); };
   e.read_series = [](const SourceRequest& r) {

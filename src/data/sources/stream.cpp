@@ -3,19 +3,30 @@
 // what the buffer holds when the run starts (StreamBuffer::take).
 #include <fmt/format.h>
 
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/source_registry.h"
 #include "bellows/data/stream_buffer.h"
 #include "bellows/util/check.h"
 
 namespace bellows::data {
 
-StreamBufferOptions stream_buffer_options(const config::Config& c) {
-  StreamBufferOptions o;
-  o.capacity = config::get_int(c, "data.stream.capacity");
-  o.when_full = config::get_string(c, "data.stream.when_full");
-  o.ready_samples = config::get_int(c, "data.stream.ready_samples");
-  return o;
+namespace {
+
+// The data.stream.* keys of StreamBufferOptions, bound once (config/binding.h); data.stream.clear is no field of it
+// (it is how a session takes the samples: StreamBuffer::take).
+const config::Binding<StreamBufferOptions>& stream_binding() {
+  using O = StreamBufferOptions;
+  return config::bound<O>("data.stream.", [](config::Binding<O>& b) {
+    b.key("capacity", &O::capacity, "stream: samples the buffer holds at most").min(1);
+    b.key("when_full", &O::when_full, "stream: a push into a full buffer drops the oldest sample, blocks, or fails")
+        .choices({"drop_oldest", "block", "error"});
+    b.key("ready_samples", &O::ready_samples, "stream: samples that make a training session ready (0: capacity)").min(0);
+  });
 }
+
+}  // namespace
+
+StreamBufferOptions stream_buffer_options(const config::Config& c) { return stream_binding().read(c); }
 
 namespace {
 
@@ -27,13 +38,9 @@ SourceEntry stream_source() {
   e.has_val_path = false;
   e.temporal = true;
   e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    s.add("data.stream.capacity", Type::kInt, "stream: samples the buffer holds at most").min(1).default_value(node(65536));
-    s.add("data.stream.when_full", Type::kString, "stream: a push into a full buffer drops the oldest sample, blocks, or fails")
-        .choices({"drop_oldest", "block", "error"}).default_value(node("drop_oldest"));
-    s.add("data.stream.ready_samples", Type::kInt, "stream: samples that make a training session ready (0: capacity)").min(0).default_value(node(0));
-    s.add("data.stream.clear", Type::kBool, "stream: empty the buffer when a session takes its samples").default_value(node(true));
+    stream_binding().declare(s);
+    s.add("data.stream.clear", config::Type::kBool, "stream: empty the buffer when a session takes its samples")
+        .default_value(YAML::Node(true));
   };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> {
     BELLOWS_CHECK_CONFIG(r.stream != nullptr, "data.source is stream, but no program attached a stream buffer to this run",

@@ -12,16 +12,13 @@ namespace {
 
 // The dist.* keys of DdpOptions, bound once (config/binding.h).
 const config::Binding<DdpOptions>& ddp_binding() {
-  static const config::Binding<DdpOptions> binding = [] {
-    config::Binding<DdpOptions> b("dist.");
+  return config::bound<DdpOptions>("dist.", [](config::Binding<DdpOptions>& b) {
     b.key("backend", &DdpOptions::backend, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
         .choices({"auto", "gloo", "nccl"}).default_value(YAML::Node("auto"));
     b.key("bucket_mb", &DdpOptions::bucket_mb, "gradient all-reduce bucket size, MiB").min(0.001);
     b.key("broadcast_buffers", &DdpOptions::broadcast_buffers, "rank 0's buffers (BatchNorm statistics) to every rank before each step and evaluation");
     b.key("timeout_s", &DdpOptions::timeout_s, "longest wait for the other ranks (rendezvous, every collective) before failing").min(1);
-    return b;
-  }();
-  return binding;
+  });
 }
 
 StrategyEntry ddp_strategy() {

@@ -167,5 +167,5 @@ std::string nccl_all_reduce() {
 }  // namespace bellows::lab::internal
 
 namespace {
-const bool kRegisteredSelftestCuda = bellows::util::register_cuda_unit("app/selftest_cuda");  // util/cuda_units.h
+const bool kRegisteredSelftestCuda = bellows::util::register_cuda_unit("lab/selftest_cuda");  // util/cuda_units.h
 }  // namespace

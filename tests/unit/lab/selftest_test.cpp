@@ -80,7 +80,7 @@ TEST(CudaUnits, CompiledInWheneverLibTorchHasCuda) {
   }
 #if BELLOWS_TEST_WANT_CUDA
   EXPECT_EQ(units, util::cuda_build_units());
-  EXPECT_EQ(units.size(), 6u);  // app/selftest_cuda, data/cuda_stager, dist/nccl_backend, hw/gpu_probe_cuda, obs/cuda_memory, train/cuda_step_graph
+  EXPECT_EQ(units.size(), 6u);  // data/cuda_stager, dist/nccl_backend, hw/gpu_probe_cuda, lab/selftest_cuda, obs/cuda_memory, train/cuda_step_graph
 #else
   GTEST_SKIP() << "configured with BELLOWS_WITH_CUDA=OFF";
 #endif

@@ -1,0 +1,285 @@
+// The bad-input catalogue's data rows (bad_input.h): each data format's corruptions, exit 3 naming the file and the
+// line, byte, variable or image.
+#include "bad_input.h"
+
+namespace bellows::testing::bad_input {
+
+std::vector<BadInput> data_rows() {
+  return {
+      // --- CSV (exit 3): the file, the line, the column ---
+      {"CsvMissingFile", nothing, kCsv, 3, {"{dir}/table.csv: no such file"}},
+      {"CsvPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kCsv, 3,
+       {"{dir}/table.csv: is a directory, not a CSV file"}},
+      // The tools that measure trials of the configured run end with that run's error, code and hint (as train does).
+      {"DoctorDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kToolCsv("doctor --budget 4s"), 3,
+       {"{dir}/table.csv: is a directory, not a CSV file", "give the path of the CSV/TSV file"}},
+      {"PlanDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); },
+       kToolCsv("plan --budget 4s --out '{dir}/tuned.json'"), 3, {"{dir}/table.csv: is a directory, not a CSV file"}, false,
+       {"{dir}/tuned.json"}},
+      {"MatrixDataPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); },
+       kToolCsv("bench --matrix --rounds 1 --trial-seconds 0.5s --out '{dir}/matrix'"), 3,
+       {"{dir}/table.csv: is a directory, not a CSV file"}, false, {"{dir}/matrix/matrix.json"}},
+      {"CsvEmptyFile",
+       [](const fs::path& d) { write_text(d / "table.csv", ""); },
+       kCsv,
+       3,
+       {"{dir}/table.csv: the file is empty"}},
+      {"CsvHeaderOnly",
+       [](const fs::path& d) { write_text(d / "table.csv", "a,b,y\n"); },
+       kCsv,
+       3,
+       {"{dir}/table.csv: no data rows after the header"}},
+      {"CsvRaggedRowShort",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(6, "0.4,0.8")); },
+       kCsv,
+       3,
+       {"{dir}/table.csv line 6: 2 fields, the header has 3"}},
+      {"CsvRaggedRowLong",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(7, "0.4,0.8,0.1,0.9")); },
+       kCsv,
+       3,
+       {"{dir}/table.csv line 7: 4 fields, the header has 3"}},
+      {"CsvMissingTargetColumn",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_table(20)); },
+       kCsv + " data.csv.targets=[z]",
+       3,
+       {"{dir}/table.csv line 1: no column 'z' (named in targets)", "the header has 'a', 'b', 'y'"}},
+      {"CsvMissingFeatureColumn",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_table(20)); },
+       kCsv + " data.csv.features=[a,c]",
+       3,
+       {"{dir}/table.csv line 1: no column 'c' (named in features)"}},
+      {"CsvNonNumericValue",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(8, "0.4,oops,0.1")); },
+       kCsv,
+       3,
+       {"{dir}/table.csv line 8, column 'b': 'oops' is not a number"}},
+      {"CsvNaNValue",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(5, "0.3,nan,1")); },
+       kCsv,
+       3,
+       {"{dir}/table.csv line 5, column 'b': missing value 'nan'"}},
+      {"CsvEmptyField",
+       [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(5, "0.3,,1")); },
+       kCsv,
+       3,
+       {"{dir}/table.csv line 5, column 'b': missing value (empty field)"}},
+      {"CsvUnreadable",
+       [](const fs::path& d) {
+         write_text(d / "table.csv", csv_table(20));
+         ::chmod((d / "table.csv").c_str(), 0);
+       },
+       kCsv,
+       3,
+       {"{dir}/table.csv: cannot open: Permission denied", "check the file's permissions"},
+       true},
+
+      // --- NPY (exit 3): the file, the byte or the dtype ---
+      {"NpyMissingFile", nothing, kNpy, 3, {"{dir}/x.npy: no such file"}},
+      {"NpyEmptyFile",
+       [](const fs::path& d) {
+         write_xy(d);
+         write_text(d / "x.npy", "");
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: truncated NPY preamble: 0 bytes"}},
+      {"NpyTruncated",
+       [](const fs::path& d) {
+         write_xy(d);
+         fs::resize_file(d / "x.npy", fs::file_size(d / "x.npy") / 2);
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: header says 64×4 float32 = 1024 bytes of data", "the file is truncated"}},
+      {"NpyWrongMagic",
+       [](const fs::path& d) {
+         write_xy(d);
+         replace_once(d / "x.npy", "NUMPY", "NUMPZ");
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: not an NPY file: bad magic at byte 0"}},
+      {"NpyComplexDtype",
+       [](const fs::path& d) {
+         write_xy(d);
+         write_bytes(d / "x.npy", npy_bytes("'<c8'", "(64, 4)", 64 * 4 * 8));
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: dtype '<c8' is not supported"}},
+      {"NpyObjectDtype",
+       [](const fs::path& d) {
+         write_xy(d);
+         write_bytes(d / "x.npy", npy_bytes("'|O'", "(64, 4)", 64 * 4 * 8));
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: dtype '|O' is not supported: object arrays"}},
+      {"NpyStructuredDtype",
+       [](const fs::path& d) {
+         write_xy(d);
+         write_bytes(d / "x.npy", npy_bytes("[('a', '<f4'), ('b', '<f4')]", "(64,)", 64 * 8));
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: structured dtype (record array)", "is not supported"}},
+      {"NpyBigEndian",
+       [](const fs::path& d) {
+         write_xy(d);
+         write_bytes(d / "x.npy", npy_bytes("'>f4'", "(64, 4)", 64 * 4 * 4));
+       },
+       kNpy,
+       3,
+       {"{dir}/x.npy: dtype '>f4' is not supported: big-endian data"}},
+      // A NaN in the features: the step's gradients are not finite, and with train.on_nonfinite=auto the run stops
+      // at the next record naming the step and the first parameter (the data are not scanned for NaN).
+      {"NpyNaNInFeatures",
+       [](const fs::path& d) {
+         at::Tensor x = features();
+         x[6][3] = NAN;
+         data::write_npy(d / "x.npy", x);
+         data::write_npy(d / "y.npy", features().sum(1, true));
+       },
+       kNpy,
+       3,
+       {"non-finite gradients: the first at optimizer step 1, in the gradient of layers.0.weight (NaN)",
+        "check the data"}},
+      {"NpyRowCountMismatch",
+       [](const fs::path& d) {
+         write_xy(d);
+         data::write_npy(d / "y.npy", features().sum(1, true).slice(0, 0, 60));
+       },
+       kNpy,
+       3,
+       {"{dir}/y.npy", "tensor 'y' has 60 samples, but 'x' has 64"}},
+      {"NpyUnreadable",
+       [](const fs::path& d) {
+         write_xy(d);
+         ::chmod((d / "x.npy").c_str(), 0);
+       },
+       kNpy,
+       3,
+       {"cannot open {dir}/x.npy: Permission denied"},
+       true},
+
+      // --- NPZ (exit 3) ---
+      {"NpzTruncated",
+       [](const fs::path& d) {
+         data::write_npz(d / "data.npz", {{"x", features()}, {"y", features().sum(1, true)}});
+         fs::resize_file(d / "data.npz", fs::file_size(d / "data.npz") / 2);
+       },
+       kNpz,
+       3,
+       {"{dir}/data.npz: not a zip archive"}},
+      {"NpzNotAZip",
+       [](const fs::path& d) { write_text(d / "data.npz", "PK this is not a zip archive at all"); },
+       kNpz,
+       3,
+       {"{dir}/data.npz"}},
+      {"NpzMissingArray",
+       [](const fs::path& d) {
+         data::write_npz(d / "data.npz", {{"x", features()}, {"y", features().sum(1, true)}});
+       },
+       kNpz + " data.npy.x=feat",
+       3,
+       {"{dir}/data.npz: no array 'feat' (entry 'feat.npy'); the archive holds: x, y"}},
+      {"NpzUnsupportedDtype",
+       [](const fs::path& d) {
+         // float64 relabelled complex64: the same 8 bytes per item, so only the dtype is wrong.
+         data::write_npz(d / "data.npz", {{"x", features().to(at::kDouble)}, {"y", features().sum(1, true)}});
+         replace_once(d / "data.npz", "'<f8'", "'<c8'");
+       },
+       kNpz,
+       3,
+       {"{dir}/data.npz entry 'x.npy': dtype '<c8' is not supported"}},
+      {"NpzRowCountMismatch",
+       [](const fs::path& d) {
+         data::write_npz(d / "data.npz", {{"x", features()}, {"y", features().sum(1, true).slice(0, 0, 60)}});
+       },
+       kNpz,
+       3,
+       {"{dir}/data.npz:y", "tensor 'y' has 60 samples, but 'x' has 64"}},
+
+      // --- NetCDF (exit 3) ---
+      {"NetcdfMissingFile", nothing, kNetcdf, 3, {"{dir}/weather.nc: no such file"}},
+      {"NetcdfTruncated",
+       [](const fs::path& d) {
+         write_netcdf(d / "weather.nc");
+         fs::resize_file(d / "weather.nc", fs::file_size(d / "weather.nc") / 2);
+       },
+       kNetcdf,
+       3,
+       {"{dir}/weather.nc: cannot open as NetCDF", "truncated"}},
+      {"NetcdfMissingVariable",
+       [](const fs::path& d) { write_netcdf(d / "weather.nc"); },
+       kNetcdf + " data.netcdf.variables=[u10]",
+       3,
+       {"{dir}/weather.nc: no variable 'u10'; the file's variables: t2m", "data.netcdf.variables"}},
+      {"NetcdfMissingTarget",
+       [](const fs::path& d) { write_netcdf(d / "weather.nc"); },
+       kNetcdf + " data.netcdf.targets=[u10]",
+       3,
+       {"{dir}/weather.nc: no variable 'u10'", "data.netcdf.targets"}},
+      {"NetcdfMissingDimension",
+       [](const fs::path& d) { write_netcdf(d / "weather.nc"); },
+       kNetcdf + " data.netcdf.time_dim=t",
+       3,
+       {"{dir}/weather.nc: no dimension 't'; the file's dimensions: time, lat, lon", "data.netcdf.time_dim"}},
+      {"NetcdfUnreadable",
+       [](const fs::path& d) {
+         write_netcdf(d / "weather.nc");
+         ::chmod((d / "weather.nc").c_str(), 0);
+       },
+       kNetcdf,
+       3,
+       {"{dir}/weather.nc: cannot open: Permission denied", "check the file's permissions"},
+       true},
+
+      // --- image folders (exit 3): the image, relative to data.path (the loader adds the full path of a batch's
+      // first image, but these fail earlier: in the batches app::make_loaders fetches to measure the fetch cost) ---
+      {"ImageTruncatedPng",
+       [](const fs::path& d) { write_image_folder(d / "img", "bad.png", half(test_image(false))); },
+       kImages,
+       3,
+       {"b/bad.png: truncated PNG"}},
+      {"ImageTruncatedJpeg",
+       [](const fs::path& d) { write_image_folder(d / "img", "bad.jpg", half(test_image(true))); },
+       kImages,
+       3,
+       {"b/bad.jpg: truncated JPEG"}},
+      {"ImageNotAnImage",
+       [](const fs::path& d) {
+         write_image_folder(d / "img", "bad.png", {'G', 'I', 'F', '8', '9', 'a', 0, 0, 0, 0, 0, 0});
+       },
+       kImages,
+       3,
+       {"b/bad.png: not a PNG or JPEG file"}},
+      {"ImageUnreadable",
+       [](const fs::path& d) {
+         write_image_folder(d / "img", "locked.png", test_image(false));
+         ::chmod((d / "img" / "b" / "locked.png").c_str(), 0);
+       },
+       kImages,
+       3,
+       {"b/locked.png: cannot open: Permission denied"},
+       true},
+
+      // --- text pairs (exit 3) ---
+      {"TextPairsRaggedRow",
+       [](const fs::path& d) {
+         write_text(d / "pairs.tsv",
+                    "premise\thypothesis\tlabel\na cat sat\ta cat\tyes\na dog ran\tno dog\tno\nthe sun\tit is dark\n");
+       },
+       kText,
+       3,
+       {"{dir}/pairs.tsv line 4: 2 tab-separated fields, the header has 3"}},
+      {"TextPairsMissingColumn",
+       [](const fs::path& d) { write_text(d / "pairs.tsv", "premise\thyp\tlabel\na cat sat\ta cat\tyes\n"); },
+       kText,
+       3,
+       {"{dir}/pairs.tsv line 1: no column 'hypothesis' (data.text.hypothesis)"}},
+  };
+}
+
+}  // namespace bellows::testing::bad_input

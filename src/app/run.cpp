@@ -46,13 +46,7 @@ plan::Plan plan_with_auto_precision(const config::Config& c, const hw::HardwareI
 }
 
 RunResult run(const config::Config& c, const RunOptions& options) {
-  AssemblyOptions o;
-  o.stream = options.stream;
-  o.console = options.console;
-  o.tty = options.tty;
-  o.sinks = options.sinks;
-  o.stop_flag = options.stop_flag;
-  AssembledRun a = assemble_run(c, o);
+  AssembledRun a = assemble_run(c, AssemblyOptions{options});
 
   // --- train ---
   RunResult result;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bellows/app/data_setup.h"      // defines: Loaders
+#include "bellows/app/run.h"             // defines: RunOptions
 #include "bellows/config/config.h"       // defines: Config
 #include "bellows/dist/strategy.h"       // defines: Strategy
 #include "bellows/models/registry.h"     // defines: BuiltModel
@@ -20,22 +21,14 @@
 #include "bellows/plan/plan.h"           // defines: Plan
 #include "bellows/train/trainer.h"       // defines: Trainer
 
-namespace bellows::data {
-class StreamBuffer;
-}
-
 namespace bellows::app {
 
-struct AssemblyOptions {
+// What the caller asks of a run (app/run.h: the stop flag, the console, the stream buffer, more sinks), and which kind.
+struct AssemblyOptions : RunOptions {
   // Online training (app/online.h): one process whatever launched the program, no data at the start (the model's
   // sizes come from the config), a trainer of sessions (TrainerOptions::sessions), checkpoints written only when
   // asked for and not on a stop, and a resume left to the OnlineTrainer (its restore is also the program's call).
   bool online = false;
-  std::shared_ptr<data::StreamBuffer> stream;  // a run's samples of data.source: stream (pushed by the program)
-  std::FILE* console = nullptr;                // where the console sink writes; null: no console
-  int tty = -1;                                // -1: detect
-  std::vector<std::shared_ptr<obs::Sink>> sinks;  // more sinks after the registered ones (obs/sink_registry.h)
-  const std::atomic<bool>* stop_flag = nullptr;
 };
 
 struct AssembledRun {

@@ -1,6 +1,7 @@
 // Measures the ceilings that MFU and bandwidth figures divide by, through LibTorch itself: dense matmul
 // throughput per precision and memory-copy bandwidth, on the CPU and on each usable GPU.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -52,6 +53,13 @@ Timing best_time(const std::function<void()>& op, const std::function<void()>& s
   return best;
 }
 
+// Random n x n operands from a generator of the measurement's own, made on the CPU in float32 and moved to the
+// device and dtype: the global generator, which runs seed, is left alone, so a run that measures its machine's peaks
+// first draws the same dropout masks and noise as one that reads them from the cache.
+at::Tensor operand(std::int64_t n, const at::TensorOptions& options, at::Generator& gen) {
+  return at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat)).to(options);
+}
+
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return "fp32";
@@ -67,10 +75,11 @@ std::string dtype_name(at::ScalarType t) {
 constexpr std::int64_t kSmallestMatmul = 128;
 std::int64_t matmul_size_within_budget(const at::TensorOptions& options, const std::function<void()>& sync, const MeasureOptions& opt) {
   const double per_op_budget = opt.min_seconds / (opt.trials + 1);
+  at::Generator gen = at::detail::createCPUGenerator(/*seed_in=*/0);
   std::int64_t n = std::min(opt.matmul_size, kSmallestMatmul);
   bool first = true;
   while (n < opt.matmul_size) {
-    at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options), c = at::empty({n, n}, options);
+    at::Tensor a = operand(n, options, gen), b = operand(n, options, gen), c = at::empty({n, n}, options);
     if (first) {
       at::mm_out(c, a, b);  // library set-up
       sync();
@@ -90,7 +99,8 @@ PeakMeasurement measure_matmul(const at::Device& device, at::ScalarType dtype, c
                                const MeasureOptions& opt, const std::string& name_suffix, const std::string& note) {
   const auto options = at::TensorOptions().device(device).dtype(dtype);
   const std::int64_t n = matmul_size_within_budget(options, sync, opt);
-  at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options), c = at::empty({n, n}, options);
+  at::Generator gen = at::detail::createCPUGenerator(/*seed_in=*/1);
+  at::Tensor a = operand(n, options, gen), b = operand(n, options, gen), c = at::empty({n, n}, options);
   const Timing t = best_time([&] { at::mm_out(c, a, b); }, sync, opt);
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   PeakMeasurement m;
@@ -181,7 +191,9 @@ std::filesystem::path peaks_cache_file(const HardwareInfo& info) {
   key = fnv1a(std::to_string(at::get_num_threads()), key);
   key = fnv1a(info.torch.version, key);
   for (const auto& g : info.cuda.gpus) key = fnv1a(g.name + "/" + std::to_string(g.index), key);
-  return user_cache_dir() / fmt::format("peaks-{:016x}.json", key);
+  // "-std": the standard measurement's file (its options recorded inside), apart from the files of bellows before it,
+  // which another bellows on the machine may still read and write.
+  return user_cache_dir() / fmt::format("peaks-std-{:016x}.json", key);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Peak measurement runs through LibTorch and reports what it measured and how. No timing is asserted:
 // only that each figure exists, is finite and positive, and names its method.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -65,6 +66,21 @@ TEST(Peaks, NoHardwareSupportAndTheTimeBudget) {
   EXPECT_EQ(peaks[0].method.find("8192x8192"), std::string::npos) << peaks[0].method;
   EXPECT_NE(peaks[0].method.find("not 8192: it would not fit the time budget"), std::string::npos) << peaks[0].method;
   EXPECT_LT(seconds, 60.0) << "an 8192^3 fp32 product alone takes longer than this on the machines we know";
+}
+
+// A run that measures its machine's peaks (the first on a machine) must draw the same random numbers afterwards as
+// one that reads them from the cache: the measurement leaves the global generator alone.
+TEST(Peaks, MeasuringLeavesTheGlobalGeneratorAlone) {
+  MeasureOptions opt;
+  opt.matmul_size = 64;
+  opt.copy_bytes = 1 << 20;
+  opt.min_seconds = 0.02;
+  opt.trials = 1;
+  at::manual_seed(7);
+  const at::Tensor expected = at::rand({8});
+  at::manual_seed(7);
+  measure_peaks(HardwareInfo::probe(*make_no_gpu_probe()), opt);
+  EXPECT_TRUE(at::rand({8}).equal(expected));
 }
 
 TEST(Peaks, InvalidOptionsAreUsageErrors) {

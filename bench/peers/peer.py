@@ -241,7 +241,7 @@ class Ddpm(nn.Module):
     @staticmethod
     def timestep_embedding(t, dim, dtype):
         half = dim // 2
-        k = torch.arange(half, dtype=torch.float32)
+        k = torch.arange(half, dtype=torch.float32, device=t.device)
         freqs = torch.exp(k * (-math.log(10000.0) / float(half)))
         args = t.to(torch.float32).unsqueeze(1) * freqs.unsqueeze(0)
         return torch.cat([args.cos(), args.sin()], 1).to(dtype)
@@ -1368,8 +1368,10 @@ def main(argv=None):
     ap.add_argument("--unfreeze-encoder", action="store_true", help="W7: train the encoder too (bellows: "
                     "model.freeze_encoder=false)")
     ap.add_argument("--tokenizer", help="W7: SentencePiece .model (default: DATA.spm-bpe-512.model, bellows' cache)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (scripts/gpu_check.sh runs the peers on a GPU)")
     ap.add_argument("--json", metavar="OUT", help="write the results here")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
 
     w = WORKLOADS[args.workload]
     if args.cpp_linear:
@@ -1391,6 +1393,10 @@ def main(argv=None):
         state = load_file(args.init)
         missing, unexpected = model.load_state_dict(state, strict=True)  # raises on a mismatch
     model.train()
+    model.to(device)
+    for m in model.modules():  # the sinusoidal table is no buffer (not in the state_dict): moved once, as bellows does
+        if getattr(m, "sinusoid", None) is not None:
+            m.sinusoid = m.sinusoid.to(device)
 
     if w.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -1408,12 +1414,14 @@ def main(argv=None):
         loss_sum, samples = None, 0
         for k in batches:
             tensors = data.batch(epoch, k)
+            if device.type != "cpu":
+                tensors = tuple(t.to(device, non_blocking=True) if torch.is_tensor(t) else t for t in tensors)
             if w.kind == "ddpm":  # DdpmTask::step's draws, in its order, on the global generator, outside autocast
                 context, x0 = tensors
-                t = torch.randint(0, model.steps, (x0.size(0),), dtype=torch.long)
+                t = torch.randint(0, model.steps, (x0.size(0),), dtype=torch.long, device=x0.device)
                 noise = torch.randn_like(x0)
                 tensors = (x0, context, t, noise)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = step_fn(*tensors)
             (loss / float(len(batches)) if len(batches) > 1 else loss).backward()
             loss = loss.detach().to(torch.float32)
@@ -1449,7 +1457,7 @@ def main(argv=None):
         flops = w.flops(data) if callable(w.flops) else w.flops
     result = {
         "workload": args.workload, "name": w.name, "system": f"pytorch-{args.mode}", "mode": args.mode,
-        "precision": args.precision, "threads": args.threads, "cpp_linear": args.cpp_linear,
+        "precision": args.precision, "threads": args.threads, "device": str(device), "cpp_linear": args.cpp_linear,
         "batch_size": batch_size, "accumulation": w.accumulation, "lr": lr,
         "steps": args.steps, "warmup": args.warmup, "losses": losses,
         "samples_per_s": sum(samples) / timed_s if timed_s > 0 else None,

@@ -137,6 +137,13 @@ struct Ddp::Impl {
     }
   }
 
+  // Where the small control collectives (meters, agreement flags, broadcast text) run: NCCL takes CUDA tensors
+  // only ("Tensors must be CUDA and dense"), so on the rank's GPU there; on the CPU for Gloo. Callers pass tensors
+  // on any device and get the result in place.
+  c10::Device control_device() const {
+    return options.backend == "nccl" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank)) : c10::Device(c10::kCPU);
+  }
+
   // Rank 0's values into `tensors` on every rank, one broadcast per dtype and device: flattened into one tensor
   // and copied back (parameters included: the copy is not recorded by autograd).
   void broadcast_from_main(const std::vector<at::Tensor>& tensors) {
@@ -344,7 +351,7 @@ std::vector<std::pair<std::string, double>> Ddp::metrics() {
 
 void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors) {
   for (auto& t : tensors) {
-    at::Tensor c = t.contiguous();
+    at::Tensor c = t.to(impl_->control_device()).contiguous();
     std::vector<at::Tensor> one{c};
     impl_->wait(impl_->group->allreduce(one), "all-reduce of meters");
     if (!c.is_same(t)) t.copy_(c);
@@ -353,7 +360,7 @@ void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors) {
 
 void Ddp::broadcast(std::vector<at::Tensor>& tensors, int root) {
   for (auto& t : tensors) {
-    at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+    at::Tensor c = t.to(impl_->control_device()).contiguous();
     std::vector<at::Tensor> one{c};
     c10d::BroadcastOptions o;
     o.rootRank = root;
@@ -369,12 +376,14 @@ std::vector<bool> Ddp::agree(std::vector<bool> flags) {
   std::vector<bool> agreed(flags.size(), false);
   if (m.agreement) {  // the previous call's flags, summed over ranks while this step ran
     m.wait(m.agreement, "agreement on stop and checkpoint decisions");
-    const float* v = m.agreement_flags.data_ptr<float>();
+    const at::Tensor summed = m.agreement_flags.to(at::kCPU);  // after the stream-ordered wait: the sums
+    const float* v = summed.data_ptr<float>();
     for (std::size_t i = 0; i < agreed.size() && i < static_cast<std::size_t>(m.agreement_flags.numel()); ++i) agreed[i] = v[i] > 0;
   }
-  m.agreement_flags = at::zeros({static_cast<std::int64_t>(flags.size())}, at::kFloat);
-  float* out = m.agreement_flags.data_ptr<float>();
+  at::Tensor host = at::zeros({static_cast<std::int64_t>(flags.size())}, at::kFloat);
+  float* out = host.data_ptr<float>();
   for (std::size_t i = 0; i < flags.size(); ++i) out[i] = flags[i] ? 1.0f : 0.0f;
+  m.agreement_flags = host.to(m.control_device());
   std::vector<at::Tensor> one{m.agreement_flags};
   m.agreement = m.group->allreduce(one);
   return agreed;

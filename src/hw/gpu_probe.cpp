@@ -11,7 +11,8 @@ void derive_gpu_features(GpuInfo& gpu, const std::vector<std::string>& arch_list
   gpu.fp16_tensor_cores = cc >= 70;  // Volta
   gpu.bf16 = cc >= 80;               // Ampere: bf16 and TF32 tensor cores
   gpu.tf32 = cc >= 80;
-  gpu.arch_supported = std::any_of(arch_list.begin(), arch_list.end(), [&](const std::string& arch) {
+  gpu.arch_listed = !arch_list.empty();
+  gpu.arch_supported = !gpu.arch_listed || std::any_of(arch_list.begin(), arch_list.end(), [&](const std::string& arch) {
     int major = 0, minor = 0;
     return std::sscanf(arch.c_str(), "%d.%d", &major, &minor) == 2 && major == gpu.cc_major && minor <= gpu.cc_minor;
   });

@@ -46,7 +46,7 @@ json to_json(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks
                     {"free_memory_bytes", g.free_memory_bytes},
                     {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)}, {"sm_count", g.sm_count},
                     {"bf16", g.bf16}, {"tf32", g.tf32}, {"fp16_tensor_cores", g.fp16_tensor_cores},
-                    {"arch_supported", g.arch_supported}});
+                    {"arch_supported", g.arch_supported}, {"arch_listed", g.arch_listed}});
   }
   json recs = json::array();
   for (const auto& r : info.recommendations) recs.push_back({{"key", r.key}, {"value", r.value}, {"reason", r.reason}});
@@ -123,7 +123,9 @@ std::string format_text(const HardwareInfo& info, const std::vector<PeakMeasurem
   row(out, "version", fmt::format("{} ({} ABI, built with {})", t.version, t.cxx11_abi ? "C++11" : "pre-C++11", t.compiler));
   if (t.cuda_compiled) {
     row(out, "CUDA build", fmt::format("CUDA {}, cuDNN {}, NCCL {}, Gloo {}; kernels for sm {}", t.cuda_version, t.cudnn_version,
-                                       t.nccl ? "yes" : "no", t.gloo ? "yes" : "no", join(t.cuda_arch_list, " ")));
+                                       t.nccl ? "yes" : "no", t.gloo ? "yes" : "no",
+                                       t.cuda_arch_list.empty() ? std::string("(not listed in this LibTorch's build configuration)")
+                                                                : join(t.cuda_arch_list, " ")));
   } else {
     row(out, "CUDA build", fmt::format("no CUDA; Gloo {}", t.gloo ? "yes" : "no"));
   }
@@ -147,7 +149,8 @@ std::string format_text(const HardwareInfo& info, const std::vector<PeakMeasurem
         fmt::format("{}, compute capability {}.{}, {} SMs, {} total / {} free", g.name, g.cc_major, g.cc_minor, g.sm_count,
                     bytes_human(g.total_memory_bytes), bytes_human(g.free_memory_bytes)));
     row(out, "", fmt::format("bf16 {}, TF32 {}, fp16 tensor cores {}, LibTorch kernels {}", g.bf16 ? "yes" : "no",
-                             g.tf32 ? "yes" : "no", g.fp16_tensor_cores ? "yes" : "no", g.arch_supported ? "yes" : "NO"));
+                             g.tf32 ? "yes" : "no", g.fp16_tensor_cores ? "yes" : "no",
+                             !g.arch_listed ? "not listed (assumed)" : g.arch_supported ? "yes" : "NO"));
   }
 
   if (!peaks.empty()) {

@@ -172,6 +172,9 @@ at::Tensor TransformerEncoderImpl::forward(const at::Tensor& x, const at::Tensor
                        "pass a bool mask [B, T], true at padded positions");
   }
   at::Tensor h = x;
+  // The table follows the input to its device once (it is no buffer, so Module::to leaves it where it was made):
+  // a copy from pageable host memory every step cost a transfer per step and cannot be captured in a CUDA graph.
+  if (sinusoid_.defined() && sinusoid_.device() != x.device()) sinusoid_ = sinusoid_.to(x.device());
   if (sinusoid_.defined()) h = h + sinusoid_.narrow(0, 0, steps).to(x.options());
   if (pos_embedding_.defined()) h = h + pos_embedding_.narrow(0, 0, steps).to(x.scalar_type());
   h = models::dropout(h, options_.dropout, is_training());

@@ -19,11 +19,14 @@ struct GpuInfo {
   bool tf32 = false;               // TF32 tensor-core matmul (sm_80+)
   bool fp16_tensor_cores = false;  // fp16 tensor cores (sm_70+)
   bool arch_supported = false;     // LibTorch has kernels that run here (same major, minor <= device's)
+  bool arch_listed = false;        // LibTorch's build configuration lists its architectures (2.11's lists none)
 };
 
 // Tensor-core features from the compute capability (NVIDIA's CUDA programming guide), and whether LibTorch's
 // compiled architectures ("8.0", "8.6", "9.0", ...) include one this device runs: a cubin for sm_XY runs on
-// devices of the same major version and minor >= Y.
+// devices of the same major version and minor >= Y. An empty list (torch 2.11's build configuration has no
+// CUDA_FLAGS) cannot tell: the device counts as supported, arch_listed is false, and a kernel without an image for
+// it fails at its first launch with CUDA's own error.
 void derive_gpu_features(GpuInfo& gpu, const std::vector<std::string>& arch_list);
 
 struct CudaInfo {

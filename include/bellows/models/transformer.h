@@ -85,7 +85,8 @@ class TransformerEncoderImpl : public torch::nn::Module, public Checkpointable {
 
  private:
   TransformerEncoderOptions options_;
-  at::Tensor sinusoid_;       // [max_len, d_model] float64, not a parameter (not saved): sinusoidal positions
+  at::Tensor sinusoid_;       // [max_len, d_model] float64, not a parameter (not saved): sinusoidal positions,
+                              // moved to the input's device at the first forward there
   at::Tensor pos_embedding_;  // [max_len, d_model] parameter "pos_embedding": learned positions
   torch::nn::Dropout dropout_{nullptr};
   torch::nn::ModuleList layers_{nullptr};

@@ -1,10 +1,15 @@
 // The CUDA graph of a training step (train/step_graph.h): warm-up and capture on a side stream, replay on the
 // current one. The graph's memory comes from its own pool of the caching allocator, kept until the graph goes.
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "bellows/train/step_graph.h"
 #include "bellows/util/check.h"
@@ -22,7 +27,7 @@ class CudaStepGraph final : public StepGraph {
   void capture(const std::function<void()>& step) override { on_side_stream(step, /*capture=*/true); }
   void replay() override {
     BELLOWS_CHECK(captured_, "replay() of a CUDA graph before capture()", "report this bug");
-    graph_.replay();
+    graph_->replay();
   }
   std::string kind() const override { return "cuda graph"; }
 
@@ -37,17 +42,38 @@ class CudaStepGraph final : public StepGraph {
     {
       c10::cuda::CUDAStreamGuard on_side(side_);
       if (capture) {
-        graph_.capture_begin();
+        // The default generator's position before the capture: a failed capture leaves its state "capturing"
+        // (CUDAGraph::capture_end throws before its epilogue), and every later random op of the eager steps would
+        // throw "Offset increment outside graph capture"; a fresh state at the same position replaces it.
+        at::Generator gen = at::cuda::detail::getDefaultCUDAGenerator(device_.index());
+        auto* impl = at::check_generator<at::CUDAGeneratorImpl>(gen);
+        std::uint64_t seed = 0, offset = 0;
+        {
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          seed = impl->current_seed();
+          offset = impl->philox_offset_per_thread();
+        }
+        // Thread-local capture: the data workers' pinned allocations (cudaHostAlloc) on other threads stay legal
+        // during the capture instead of invalidating it (global mode, the default, forbids them process-wide).
+        graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
         try {
           step();
+          graph_->capture_end();
         } catch (...) {
           try {
-            graph_.capture_end();  // ends the stream's capture mode; the partial graph is discarded with this object
+            graph_->capture_end();  // ends the stream's capture mode if the step's error left it open
           } catch (...) {
           }
+          {
+            std::lock_guard<std::mutex> lock(gen.mutex());
+            auto fresh = c10::make_intrusive<at::CUDAGeneratorImpl>(device_.index());
+            fresh->set_current_seed(seed);
+            fresh->set_philox_offset_per_thread(offset);
+            impl->graphsafe_set_state(fresh);
+          }
+          graph_ = std::make_unique<at::cuda::CUDAGraph>();  // the partial graph and its pool go
           throw;
         }
-        graph_.capture_end();
         captured_ = true;
       } else {
         step();
@@ -59,7 +85,7 @@ class CudaStepGraph final : public StepGraph {
 
   c10::Device device_;
   c10::cuda::CUDAStream side_;
-  at::cuda::CUDAGraph graph_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_ = std::make_unique<at::cuda::CUDAGraph>();
   bool captured_ = false;
 };
 

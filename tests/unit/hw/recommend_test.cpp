@@ -131,5 +131,18 @@ TEST(GpuFeatures, FromComputeCapability) {
   EXPECT_FALSE(g.fp16_tensor_cores);
 }
 
+TEST(GpuFeatures, AnUnlistedArchitectureListCountsAsSupported) {
+  // torch 2.11's build configuration has no CUDA_FLAGS, so the list is empty: an H100 ran there (docs/gpu.md).
+  GpuInfo g;
+  g.cc_major = 9;
+  g.cc_minor = 0;
+  derive_gpu_features(g, {});
+  EXPECT_TRUE(g.arch_supported);
+  EXPECT_FALSE(g.arch_listed);
+  derive_gpu_features(g, {"8.0", "8.6"});
+  EXPECT_FALSE(g.arch_supported);
+  EXPECT_TRUE(g.arch_listed);
+}
+
 }  // namespace
 }  // namespace bellows::hw

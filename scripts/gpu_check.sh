@@ -52,8 +52,7 @@ torch_libs=$("$python" - <<'PY'
 import glob, os, torch
 lib = os.path.join(os.path.dirname(torch.__file__), "lib")
 site = os.path.dirname(os.path.dirname(torch.__file__))
-dirs = [lib] + sorted(d for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) + glob.glob(os.path.join(site, "nvidia", "cu*", "lib")))
-print(":".join(dict.fromkeys(dirs)))
+print(":".join([lib] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))))  # as the bundle's env.sh
 PY
 ) || { echo "gpu_check: $python cannot import torch" >&2; exit 2; }
 export LD_LIBRARY_PATH="$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -174,7 +173,7 @@ for r in rows:
         except ValueError:
             continue
         t = rec.get("type")
-        if t == "header" or "header" in rec:
+        if "header" in rec:  # the run's start record
             h = rec.get("header", {})
             info["precision"] = h.get("precision", "").split("  ")[0].strip()
             info["compile"] = h.get("compile", "").split("  ")[0].strip()
@@ -185,8 +184,8 @@ for r in rows:
             info["summary"] = rec.get("summary", {})
         elif "samples_per_s" in rec:
             info["samples_per_s"] = rec["samples_per_s"]
-            info["loss"] = rec.get("loss", rec.get("values", {}).get("loss"))
-            info["mem_peak_mb"] = rec.get("mem_peak_mb", rec.get("values", {}).get("mem_peak_mb"))
+            info["loss"] = rec.get("loss")
+            info["mem_peak_mb"] = rec.get("mem_peak_mb")
             info["step"] = rec.get("step")
             info["step_ms"] = rec.get("step_time_ms")
             info["mfu"] = rec.get("mfu")

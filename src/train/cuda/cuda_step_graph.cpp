@@ -56,13 +56,17 @@ class CudaStepGraph final : public StepGraph {
         // Thread-local capture: the data workers' pinned allocations (cudaHostAlloc) on other threads stay legal
         // during the capture instead of invalidating it (global mode, the default, forbids them process-wide).
         graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+        bool stepped = false;
         try {
           step();
-          graph_->capture_end();
+          stepped = true;
+          graph_->capture_end();  // throws when the capture was invalidated; the stream's capture mode ends anyway
         } catch (...) {
-          try {
-            graph_->capture_end();  // ends the stream's capture mode if the step's error left it open
-          } catch (...) {
+          if (!stepped) {
+            try {
+              graph_->capture_end();  // ends the stream's capture mode the step's error left open
+            } catch (...) {
+            }
           }
           {
             std::lock_guard<std::mutex> lock(gen.mutex());

@@ -18,12 +18,18 @@
 namespace bellows::hw {
 namespace {
 
-TEST(Peaks, CpuFiguresWithMethods) {
+// A measurement of 1 MiB copies and products of at most `matmul_size`, within `min_seconds` a figure.
+MeasureOptions small_measurement(std::int64_t matmul_size, double min_seconds, int trials) {
   MeasureOptions opt;
-  opt.matmul_size = 64;
+  opt.matmul_size = matmul_size;
   opt.copy_bytes = 1 << 20;
-  opt.min_seconds = 0.03;
-  opt.trials = 2;
+  opt.min_seconds = min_seconds;
+  opt.trials = trials;
+  return opt;
+}
+
+TEST(Peaks, CpuFiguresWithMethods) {
+  const MeasureOptions opt = small_measurement(64, 0.03, 2);
   HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
   info.cpu.isa.avx512_bf16 = true;  // timed whatever this CPU has: 64x64 products take microseconds anyway
   const auto peaks = measure_peaks(info, opt);
@@ -48,11 +54,7 @@ TEST(Peaks, CpuFiguresWithMethods) {
 TEST(Peaks, NoHardwareSupportAndTheTimeBudget) {
   HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
   info.cpu.isa.avx512_bf16 = info.cpu.isa.amx_bf16 = false;
-  MeasureOptions opt;
-  opt.matmul_size = 8192;  // 1.1 TFLOP a product: minutes on 2 cores
-  opt.copy_bytes = 1 << 20;
-  opt.min_seconds = 0.05;
-  opt.trials = 2;
+  const MeasureOptions opt = small_measurement(8192, 0.05, 2);  // 8192: 1.1 TFLOP a product, minutes on 2 cores
   const auto start = std::chrono::steady_clock::now();
   const auto peaks = measure_peaks(info, opt);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -71,11 +73,7 @@ TEST(Peaks, NoHardwareSupportAndTheTimeBudget) {
 // A run that measures its machine's peaks (the first on a machine) must draw the same random numbers afterwards as
 // one that reads them from the cache: the measurement leaves the global generator alone.
 TEST(Peaks, MeasuringLeavesTheGlobalGeneratorAlone) {
-  MeasureOptions opt;
-  opt.matmul_size = 64;
-  opt.copy_bytes = 1 << 20;
-  opt.min_seconds = 0.02;
-  opt.trials = 1;
+  const MeasureOptions opt = small_measurement(64, 0.02, 1);
   at::manual_seed(7);
   const at::Tensor expected = at::rand({8});
   at::manual_seed(7);

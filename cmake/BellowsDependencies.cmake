@@ -78,3 +78,34 @@ if(BELLOWS_WITH_CUDA)
   endif()
 endif()
 message(STATUS "bellows: LibTorch ${Torch_VERSION}, CUDA paths ${BELLOWS_HAVE_CUDA}")
+
+# NCCL's header must be the one of the library LibTorch loads: c10d's ProcessGroupNCCL::Options holds an
+# ncclConfig_t whose size changes between NCCL releases, so a header from the CUDA toolkit (2.28 beside a wheel's
+# 2.29) lays the struct out differently than libtorch_cuda does. The wheel's nvidia-nccl package has both; its
+# include directory goes first (a plain -I, searched before the toolkit's -isystem). A mismatch between the header
+# found and the library's package version stops the configure.
+set(BELLOWS_NCCL_INCLUDE_DIR "")
+if(BELLOWS_HAVE_CUDA)
+  get_filename_component(_bellows_site "${Torch_DIR}/../../../.." ABSOLUTE)
+  if(EXISTS "${_bellows_site}/nvidia/nccl/include/nccl.h")
+    set(BELLOWS_NCCL_INCLUDE_DIR "${_bellows_site}/nvidia/nccl/include")
+    file(STRINGS "${BELLOWS_NCCL_INCLUDE_DIR}/nccl.h" _bellows_nccl_code REGEX "^#define NCCL_VERSION_CODE [0-9]+")
+    string(REGEX MATCH "[0-9]+$" _bellows_nccl_code "${_bellows_nccl_code}")
+    file(GLOB _bellows_nccl_dist LIST_DIRECTORIES true "${_bellows_site}/nvidia_nccl_cu*-*.dist-info")
+    if(_bellows_nccl_dist)
+      list(GET _bellows_nccl_dist 0 _bellows_nccl_dist)
+      get_filename_component(_bellows_nccl_name "${_bellows_nccl_dist}" NAME)
+      string(REGEX MATCH "-([0-9]+)\\.([0-9]+)\\.([0-9]+)\\.dist-info$" _bellows_nccl_lib "${_bellows_nccl_name}")
+      math(EXPR _bellows_nccl_lib_code "${CMAKE_MATCH_1} * 10000 + ${CMAKE_MATCH_2} * 100 + ${CMAKE_MATCH_3}")
+      if(NOT _bellows_nccl_code STREQUAL _bellows_nccl_lib_code)
+        message(FATAL_ERROR "NCCL header ${BELLOWS_NCCL_INCLUDE_DIR}/nccl.h has NCCL_VERSION_CODE ${_bellows_nccl_code}, "
+                            "but LibTorch loads NCCL ${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${CMAKE_MATCH_3} (${_bellows_nccl_dist}): "
+                            "reinstall the torch wheel's nvidia-nccl package so that header and library match")
+      endif()
+    endif()
+    message(STATUS "bellows: NCCL header of the wheel's library, NCCL_VERSION_CODE ${_bellows_nccl_code}")
+  else()
+    message(STATUS "bellows: no NCCL package beside LibTorch (${_bellows_site}/nvidia/nccl); NCCL's header comes from "
+                   "the CUDA toolkit, checked against the loaded library when a process group starts")
+  endif()
+endif()

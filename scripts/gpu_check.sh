@@ -12,16 +12,18 @@
 #      fp16-mixed and tf32, each with compile: off and compile: cuda_graph: samples/s over the last logged window,
 #      peak memory, final loss, what the plan chose for precision and compile, the messages (fallbacks and reasons)
 #   4. DDP over NCCL with one rank (`bellows launch -n 1`), two ranks when the node has two GPUs
-#   5. the batch-size finder on the GPU (data.batch_size: auto)
+#   5. the batch-size finder on the GPU (data.batch_size: auto); an injected out-of-memory step: W4 with batches of 64
+#      under gpu_memory_limit_mb=450 (a step of 32 peaks at about 372 MB there): the first step runs out of memory on
+#      the device and the run goes on in micro-batches (passes only when the log says so and the run finishes)
 #   6. peers: PyTorch on the same GPU (bench/peers/peer.py --device: the same model, config, batch size and steps; its
 #      own initial weights), eager for W5, W3, W4 and torch.compile for W5, W3, beside bellows' eager and CUDA-graph
 #      runs of the same workloads made in this step (W4 with the example's accumulation of 2, as the peer runs it)
-# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, peers (the data is made when needed).
+# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, oom, peers (the data is made when needed).
 # LibTorch comes from the node's PyTorch (`python3 -c 'import torch'`, or $BELLOWS_CHECK_PYTHON): its lib folder
 # and the NVIDIA libraries beside it go on LD_LIBRARY_PATH, so a bundle built against the same torch version runs.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,peers
+out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,peers
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -97,7 +99,7 @@ fi
 
 # 3. The workloads. Data: the examples' --quick data (small; the runs repeat epochs).
 data="$out/data"
-wants workloads || wants peers || wants finder || wants ddp && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
+wants workloads || wants peers || wants finder || wants ddp || wants oom && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
   '$bin/bellows_example_data' temporal '$data/temporal' --quick && '$bin/bellows_example_data' cape-resnet '$data/cape-resnet' --quick"
 common=(output_dir="$out/runs" device="$device" train.epochs=100000 train.max_steps="$steps" train.log_every_n_steps=10
         train.eval_every_n_steps=0 checkpoint.every_n_steps=0)
@@ -133,6 +135,15 @@ fi
 # 5. The batch-size finder on the GPU.
 wants finder && step batch-finder 90 "$bin/bellows" train "${config[W3]}" "${common[@]}" ${extra[W3]} precision=bf16-mixed \
   data.batch_size=auto train.global_batch_size=64 train.max_steps=10 name=batch-finder
+
+# An out-of-memory step on the device, made by the caching allocator's limit; it passes when the run recovered
+# (split into micro-batches, said in the log) and finished.
+# shellcheck disable=SC2086
+limit_key=gpu_memory_limit_mb
+[ "$device" = cuda ] || limit_key=cpu_tensor_limit_mb  # --device cpu: the CPU's counting allocator stands in
+wants oom && step oom-injected 90 bash -c '"$@" && grep -q "ran out of memory .* with micro-batches" "$0"' \
+  "$out/runs/oom-injected/metrics.jsonl" "$bin/bellows" train "${config[W4]}" "${common[@]}" ${extra[W4]} precision=fp32 \
+  data.batch_size=64 "$limit_key=450" train.max_steps=10 name=oom-injected
 
 # 6. Peers on the same GPU: PyTorch eager first, bellows, then torch.compile (its compilation is the slow part).
 declare -A peer_data=([W5]="$data/icon-diffusion/train.npz" [W3]="$data/temporal/series.npy" [W4]="$data/cape-resnet/train")

@@ -53,6 +53,7 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   const obs::MemoryStats mem = obs::memory_stats(p.device);
   request.held_bytes = mem.tracked ? mem.current_bytes : 0;
   if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
+  if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
   // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
   std::int64_t param_bytes = 0;
   for (const auto& t : trainer.optimizer().parameters()) param_bytes += t.numel() * t.element_size();
@@ -238,6 +239,9 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
     a.plan.entries.push_back(strategy.entry);
     obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
     a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
+    if (const double mb = config::get_double(c, "gpu_memory_limit_mb"); mb > 0) {
+      obs::limit_device_memory(a.plan.device, static_cast<std::int64_t>(mb * 1e6));
+    }
   }
   dist::Strategy& ranks = *a.strategy;
   models::set_dropout_masks(dropout_masks_setting(c));

@@ -71,6 +71,8 @@ config::Schema run_schema(const std::string& model_name) {
         "required by data.batch_size: auto, checked against them otherwise").min(0).default_value(node(0));
   s.add("cpu_tensor_limit_mb", Type::kDouble, "CPU tensor allocations past this many MB fail as out of memory (0: no limit): emulate a "
         "smaller machine, or test out-of-memory handling").min(0).default_value(node(0.0));
+  s.add("gpu_memory_limit_mb", Type::kDouble, "the CUDA caching allocator's limit in MB (0: none; PyTorch's set_per_process_memory_fraction): "
+        "share a GPU, emulate a smaller one, or test out-of-memory handling on a device").min(0).default_value(node(0.0));
   add_loader_keys(s);
   data::add_dataset_keys(s);
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));

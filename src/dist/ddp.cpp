@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <thread>
@@ -81,9 +84,18 @@ struct Ddp::Impl {
   std::size_t launched_in_backward = 0;  // in the current backward
   Stats last;
   // Timing of communication (metrics()): per step, first launch to last completion, and the wait after backward.
+  // Gloo: host clocks (its work runs on the host). NCCL: CUDA events on the compute stream (launching is not
+  // communicating): at the first launch, after backward, after the stream-ordered waits; read when they are done.
   using Clock = std::chrono::steady_clock;
   Clock::time_point first_launch;
   std::atomic<std::int64_t> last_done_ns{0};
+  struct StepEvents {
+    c10::Event start{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+    c10::Event backward_done{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+    c10::Event done{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+  };
+  std::unique_ptr<StepEvents> recording;  // this step's, from its first launch
+  std::deque<std::unique_ptr<StepEvents>> pending;
   double comm_s = 0, wait_s = 0;
   std::int64_t timed_steps = 0;
   // agree(): the flags in flight and their all-reduce.
@@ -91,12 +103,38 @@ struct Ddp::Impl {
   c10::intrusive_ptr<c10d::Work> agreement;
   std::vector<std::pair<AutogradNodePtr, std::uintptr_t>> hooks;
 
+  // NCCL runs its collectives on its own CUDA streams: waiting for one makes the current stream wait (no host
+  // block), and a collective that never completes is the process group's watchdog's to report (its timeout is
+  // dist.timeout_s). Gloo's run on the host: waited for there, with the timeout.
+  bool on_device() const { return options.backend == "nccl"; }
+
+  c10::Stream current_stream() const {
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    return cuda.getStream(cuda.getDevice());
+  }
+
+  // Step timings whose events are done (all of them with `all`, waiting for the last).
+  void harvest(bool all) {
+    while (!pending.empty() && (all || pending.front()->done.query())) {
+      StepEvents& e = *pending.front();
+      e.done.synchronize();
+      comm_s += e.start.elapsedTime(e.done) / 1e3;
+      wait_s += e.backward_done.elapsedTime(e.done) / 1e3;
+      ++timed_steps;
+      pending.pop_front();
+    }
+  }
+
   std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
 
   // Waits for a collective; a failure or a timeout becomes an error naming the operation and this rank.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
     try {
-      work->wait(to_ms(options.timeout_s));
+      if (on_device()) {
+        work->wait();  // stream-ordered (see on_device)
+      } else {
+        work->wait(to_ms(options.timeout_s));
+      }
     } catch (const std::exception& e) {
       BELLOWS_FAIL(ErrorKind::kResource,
                    fmt::format("{}: {} failed: {} (another rank stopped, crashed or hangs; dist.timeout_s is {})", where(), what,
@@ -113,7 +151,13 @@ struct Ddp::Impl {
       else if (!grad.is_same(view)) view.copy_(grad);  // accumulated in place into the view already otherwise
     }
     std::vector<at::Tensor> tensors{b.flat};
-    if (&b == &buckets.front()) first_launch = Clock::now();  // buckets start in index order
+    if (&b == &buckets.front()) {  // buckets start in index order
+      first_launch = Clock::now();
+      if (on_device()) {
+        recording = std::make_unique<StepEvents>();
+        recording->start.record(current_stream());
+      }
+    }
     b.work = group->allreduce(tensors);
     // When it completes (on Gloo's or NCCL's thread): the latest completion of the step.
     std::atomic<std::int64_t>* done = &last_done_ns;
@@ -140,8 +184,9 @@ struct Ddp::Impl {
   // Where the small control collectives (meters, agreement flags, broadcast text) run: NCCL takes CUDA tensors
   // only ("Tensors must be CUDA and dense"), so on the rank's GPU there; on the CPU for Gloo. Callers pass tensors
   // on any device and get the result in place.
+  // The rank's GPU is the process's current CUDA device (plan::apply sets it before the strategy starts).
   c10::Device control_device() const {
-    return options.backend == "nccl" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank)) : c10::Device(c10::kCPU);
+    return on_device() ? c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice() : c10::Device(c10::kCPU);
   }
 
   // Rank 0's values into `tensors` on every rank, one broadcast per dtype and device: flattened into one tensor
@@ -230,7 +275,16 @@ Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<I
 }
 
 Ddp::~Ddp() {
-  if (impl_) impl_->remove_hooks();
+  if (!impl_) return;
+  impl_->remove_hooks();
+  // A process group shut down before it goes: NCCL's otherwise warns at every exit that it was destroyed without
+  // destroy_process_group(), and its watchdog may still be polling. Errors here have nobody to reach.
+  if (impl_->group) {
+    try {
+      impl_->group->shutdown();
+    } catch (...) {
+    }
+  }
 }
 
 int Ddp::rank() const { return impl_->info.rank; }
@@ -318,12 +372,19 @@ void Ddp::finish_gradients() {
   while (m.next_launch < m.buckets.size()) m.launch(m.buckets[m.next_launch++]);
   const double world = static_cast<double>(m.info.world_size);
   const auto wait_start = Impl::Clock::now();
+  if (m.recording) m.recording->backward_done.record(m.current_stream());
   for (auto& b : m.buckets) m.wait(b.work, "gradient all-reduce");
-  const auto waited = Impl::Clock::now() - wait_start;
-  const Impl::Clock::time_point done{Impl::Clock::duration(m.last_done_ns.load())};
-  m.wait_s += std::chrono::duration<double>(waited).count();
-  m.comm_s += std::chrono::duration<double>(std::max(done, m.first_launch) - m.first_launch).count();
-  ++m.timed_steps;
+  if (m.recording) {
+    m.recording->done.record(m.current_stream());
+    m.pending.push_back(std::move(m.recording));
+    m.harvest(/*all=*/false);
+  } else {
+    const auto waited = Impl::Clock::now() - wait_start;
+    const Impl::Clock::time_point done{Impl::Clock::duration(m.last_done_ns.load())};
+    m.wait_s += std::chrono::duration<double>(waited).count();
+    m.comm_s += std::chrono::duration<double>(std::max(done, m.first_launch) - m.first_launch).count();
+    ++m.timed_steps;
+  }
   m.last_done_ns.store(0);
   for (auto& b : m.buckets) {
     b.flat.div_(world);
@@ -341,6 +402,7 @@ Ddp::Stats Ddp::last_stats() const { return impl_->last; }
 
 std::vector<std::pair<std::string, double>> Ddp::metrics() {
   Impl& m = *impl_;
+  m.harvest(/*all=*/true);
   if (m.timed_steps == 0) return {};
   const double n = static_cast<double>(m.timed_steps);
   std::vector<std::pair<std::string, double>> out{{"comm_ms", 1e3 * m.comm_s / n}, {"comm_wait_ms", 1e3 * m.wait_s / n}};

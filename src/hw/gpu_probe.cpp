@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace bellows::hw {
 
@@ -38,6 +40,36 @@ std::unique_ptr<GpuProbe> make_no_gpu_probe() { return std::make_unique<NoGpuPro
 #ifndef BELLOWS_HAVE_CUDA
 std::unique_ptr<GpuProbe> make_gpu_probe() { return make_no_gpu_probe(); }
 #endif
+
+int local_gpu_index(int count) {
+  if (count <= 1) return 0;
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(v, &end, 10);
+    if (*end != '\0' || rank < 0) return 0;
+    return rank < count ? static_cast<int>(rank) : 0;
+  }
+  return 0;
+}
+
+void probe_devices(const CudaDeviceCalls& calls, int count, int local, const std::vector<std::string>& arch_list, CudaInfo& info) {
+  std::int64_t local_free = -1;
+  if (calls.select(local)) {
+    std::int64_t free_bytes = 0;
+    if (calls.free_memory(free_bytes)) local_free = free_bytes;
+  }
+  for (int i = 0; i < count; ++i) {
+    GpuInfo gpu;
+    gpu.index = i;
+    calls.properties(i, gpu);
+    gpu.free_memory_known = i == local && local_free >= 0;
+    gpu.free_memory_bytes = gpu.free_memory_known ? local_free : gpu.total_memory_bytes;
+    derive_gpu_features(gpu, arch_list);
+    info.gpus.push_back(std::move(gpu));
+  }
+}
 
 const GpuInfo* first_supported_gpu(const CudaInfo& cuda) {
   if (!cuda.usable) return nullptr;

@@ -45,7 +45,8 @@ void recommend_gpu(const CudaInfo& cuda, const GpuInfo& gpu, int cores, std::vec
   out.push_back({"data.workers", std::to_string(workers), fmt::format("{} usable core(s): keep one for the training thread that launches GPU work, the rest decode and collate (at most 8)", cores)});
   out.push_back({"threads.intra_op", std::to_string(std::max(1, cores - workers)), "CPU-side ops are few when the model runs on the GPU; the cores go to the data workers"});
   out.push_back({"memory.gpu_budget_gib", fmt::format("{:.1f}", 0.9 * gib(gpu.free_memory_bytes)),
-                 fmt::format("{} has {:.1f} GiB free; 10% headroom for the CUDA context, cuDNN workspaces and fragmentation", who, gib(gpu.free_memory_bytes))});
+                 fmt::format("{} has {:.1f} GiB {}; 10% headroom for the CUDA context, cuDNN workspaces and fragmentation", who,
+                             gib(gpu.free_memory_bytes), gpu.free_memory_known ? "free" : "in all (its free memory was not asked: another process's GPU)")});
 }
 
 void recommend_cpu(const CpuInfo& cpu, int cores, std::vector<Recommendation>& out) {

@@ -43,7 +43,7 @@ json to_json(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks
   json gpus = json::array();
   for (const auto& g : info.cuda.gpus) {
     gpus.push_back({{"index", g.index}, {"name", g.name}, {"total_memory_bytes", g.total_memory_bytes},
-                    {"free_memory_bytes", g.free_memory_bytes},
+                    {"free_memory_bytes", g.free_memory_bytes}, {"free_memory_known", g.free_memory_known},
                     {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)}, {"sm_count", g.sm_count},
                     {"bf16", g.bf16}, {"tf32", g.tf32}, {"fp16_tensor_cores", g.fp16_tensor_cores},
                     {"arch_supported", g.arch_supported}, {"arch_listed", g.arch_listed}});
@@ -146,8 +146,9 @@ std::string format_text(const HardwareInfo& info, const std::vector<PeakMeasurem
   if (!cuda.usable) row(out, "not usable", cuda.reason);
   for (const auto& g : cuda.gpus) {
     row(out, fmt::format("cuda:{}", g.index),
-        fmt::format("{}, compute capability {}.{}, {} SMs, {} total / {} free", g.name, g.cc_major, g.cc_minor, g.sm_count,
-                    bytes_human(g.total_memory_bytes), bytes_human(g.free_memory_bytes)));
+        fmt::format("{}, compute capability {}.{}, {} SMs, {} total / {}", g.name, g.cc_major, g.cc_minor, g.sm_count,
+                    bytes_human(g.total_memory_bytes),
+                    g.free_memory_known ? bytes_human(g.free_memory_bytes) + " free" : "free not asked (another process's GPU)"));
     row(out, "", fmt::format("bf16 {}, TF32 {}, fp16 tensor cores {}, LibTorch kernels {}", g.bf16 ? "yes" : "no",
                              g.tf32 ? "yes" : "no", g.fp16_tensor_cores ? "yes" : "no",
                              !g.arch_listed ? "not listed (assumed)" : g.arch_supported ? "yes" : "NO"));

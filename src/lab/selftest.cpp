@@ -236,8 +236,19 @@ std::string sdpa_check(c10::Device device) {
   return "causal [2, 4, 128, 64]: " + fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// channels_last convolution equals the contiguous one and keeps its memory format.
+// Runs `fn` when the check leaves, however it leaves: the global flags a check changed go back.
+struct Restore {
+  std::function<void()> fn;
+  ~Restore() { fn(); }
+};
+
+// channels_last convolution equals the contiguous one and keeps its memory format. cuDNN's TF32 (on by default in
+// LibTorch) would compare two TF32 convolutions that may take different algorithms: off for the check, restored.
 std::string channels_last_check(c10::Device device) {
+  auto& ctx = at::globalContext();
+  const bool tf32_before = ctx.allowTF32CuDNN();
+  ctx.setAllowTF32CuDNN(false);
+  const Restore restore{[&] { ctx.setAllowTF32CuDNN(tf32_before); }};
   const auto options = at::TensorOptions().device(device);
   const at::Tensor x = at::randn({4, 8, 32, 32}, options), w = at::randn({16, 8, 3, 3}, options), b = at::randn({16}, options);
   const at::Tensor reference = at::conv2d(x, w, b, 1, 1);
@@ -257,10 +268,7 @@ std::string determinism_check(c10::Device device) {
   ctx.setDeterministicAlgorithms(true, false);
   ctx.setDeterministicCuDNN(true);
   ctx.setBenchmarkCuDNN(false);
-  struct Restore {
-    std::function<void()> fn;
-    ~Restore() { fn(); }
-  } restore{[&] {
+  const Restore restore{[&] {
     ctx.setDeterministicAlgorithms(was, warn_only);
     ctx.setDeterministicCuDNN(cudnn_det);
     ctx.setBenchmarkCuDNN(cudnn_bench);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <c10/core/Allocator.h>
+#include <fmt/format.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
@@ -22,6 +23,7 @@
 #include <mutex>
 
 #include "obs/internal/cuda_memory.h"
+#include "bellows/util/check.h"
 #include "bellows/util/sanitizers.h"  // defines: kSanitizedBuild
 
 namespace bellows::obs {
@@ -152,6 +154,16 @@ void release_cached_memory(c10::Device device) {
     // (ASan, several threads).
     malloc_trim(0);
   }
+}
+
+void limit_device_memory(c10::Device device, std::int64_t bytes) {
+  BELLOWS_CHECK_CONFIG(device.is_cuda(), fmt::format("gpu_memory_limit_mb is set, but the run is on {}", device.str()),
+                       "set gpu_memory_limit_mb: 0 on the CPU (cpu_tensor_limit_mb limits CPU tensors)");
+  const std::int64_t total = internal::cuda_limit_memory(device, bytes);
+  BELLOWS_CHECK_CONFIG(total > 0, fmt::format("gpu_memory_limit_mb: the memory of {} cannot be read", device.str()),
+                       "check the device, or set gpu_memory_limit_mb: 0");
+  BELLOWS_CHECK_CONFIG(bytes <= total, fmt::format("gpu_memory_limit_mb is {:.0f}, but {} has {:.0f} MB", bytes / 1e6, device.str(), total / 1e6),
+                       "set a limit below the GPU's memory (0: none)");
 }
 
 ProcessMemory process_memory() {

@@ -29,7 +29,7 @@ MicroBatchChoice plan_micro_batch(const MicroBatchRequest& r, const hw::Hardware
   }
   if (r.limit_bytes > 0 && r.limit_bytes < budget) {
     budget = r.limit_bytes;
-    budget_what = "cpu_tensor_limit_mb";
+    budget_what = p.device.is_cuda() ? "gpu_memory_limit_mb" : "cpu_tensor_limit_mb";
   }
   const auto usable = static_cast<std::int64_t>(static_cast<double>(budget) * (1 - kBatchMemoryMargin)) - r.held_bytes - r.later_bytes;
 

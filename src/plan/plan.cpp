@@ -6,6 +6,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -131,15 +132,19 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   resolve_device(req, hw, plan);
   if (plan.device.is_cuda() && req.local_world_size > 1 && req.device.find(':') == std::string::npos) {
     // One GPU per process of a data-parallel job: cuda:<local rank>.
-    BELLOWS_CHECK_RESOURCE(req.local_rank < static_cast<int>(hw.cuda.gpus.size()),
+    // A launcher that gives each rank its own CUDA_VISIBLE_DEVICES leaves one GPU in each: that one.
+    const int index = hw.cuda.gpus.size() == 1 ? 0 : req.local_rank;
+    BELLOWS_CHECK_RESOURCE(index < static_cast<int>(hw.cuda.gpus.size()),
                            fmt::format("local rank {} of {} processes on this node, but it has {} usable GPU(s)", req.local_rank,
                                        req.local_world_size, hw.cuda.gpus.size()),
                            "start at most one process per GPU on each node (bellows launch -n <GPUs>)");
-    plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(req.local_rank));
+    plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
     for (auto& e : plan.entries) {
       if (e.key == "device") {
         e.value = plan.device.str();
-        e.reason += fmt::format("; one GPU per process: local rank {} of {}", req.local_rank, req.local_world_size);
+        e.reason += hw.cuda.gpus.size() == 1
+                        ? fmt::format("; one GPU per process: local rank {} of {} sees one GPU", req.local_rank, req.local_world_size)
+                        : fmt::format("; one GPU per process: local rank {} of {}", req.local_rank, req.local_world_size);
       }
     }
   }
@@ -243,6 +248,10 @@ void apply(const Plan& plan) {
   // Before anything can create a cuBLAS handle (the environment is read then, and by ATen's determinism check).
   if (!plan.cublas_workspace_config.empty()) ::setenv("CUBLAS_WORKSPACE_CONFIG", plan.cublas_workspace_config.c_str(), /*overwrite=*/1);
   at::set_num_threads(plan.threads);
+  // This process's GPU becomes its current device before anything allocates on one: what runs on "the current
+  // device" (NCCL's communicators, the control collectives, CUDA graphs' pools, cuBLAS handles) then lands here, and
+  // no rank creates a context on another rank's GPU. Through c10's device guard registry: no CUDA header here.
+  if (plan.device.is_cuda()) c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(plan.device);
   auto& ctx = at::globalContext();
   ctx.setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
   ctx.setDeterministicCuDNN(plan.deterministic);

@@ -87,6 +87,7 @@ StepResult GraphStep::run(StepBatches& batches) {
   bool ran = false;
   if (fits) {
     const std::int64_t optimizer_steps = p_.optimizer.steps();
+    const Optimizer::StateMark had_state = p_.optimizer.state_mark();
     if (warmed_ < kStepGraphWarmup) {
       graph_->warm_up([this] { body(); });
       ++warmed_;
@@ -106,8 +107,10 @@ StepResult GraphStep::run(StepBatches& batches) {
         // on eagerly from this step, which did not run.
         p_.message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
                                batches.number(), report_current_exception().message));
-        // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count.
+        // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count, and the
+        // optimizer state it created (its initialising kernels were captured, never run).
         p_.optimizer.zero_grad();
+        p_.optimizer.drop_state_since(had_state);
         p_.precision.abandon_step();
         p_.optimizer.set_steps(optimizer_steps);
         graph_.reset();

@@ -262,11 +262,10 @@ void Optimizer::step(const at::Tensor& found_inf) {
     BELLOWS_CHECK(found_inf.numel() == 1 && found_inf.scalar_type() == at::kFloat,
                   fmt::format("found_inf is {} {}, expected a float32 scalar", c10::toString(found_inf.scalar_type()), shape_of(found_inf)),
                   "pass GradScaler's found_inf (1: skip the update)");
-    // Without fused kernels nothing can skip on the device: read the flag (one sync). So does the first SGD
-    // step with momentum, whose buffers start as the gradient only on an update that really happens.
-    const bool first_momentum_step = !adam_ && options_.momentum != 0 && std::any_of(state_steps_.begin(), state_steps_.end(), [](const auto& steps) {
-      return std::any_of(steps.begin(), steps.end(), [](const at::Tensor& t) { return !t.defined(); });
-    });
+    // Without fused kernels nothing can skip on the device: read the flag (one sync). So does SGD with momentum and
+    // dampening on a step where a parameter with a gradient has no buffer yet: its buffer starts as the gradient
+    // only on an update that happens (with dampening 0 a zero buffer gives the same first update: no read).
+    const bool first_momentum_step = !adam_ && options_.momentum != 0 && options_.dampening != 0 && has_new_parameter();
     if (!fused_ || first_momentum_step) {
       if (found_inf.item<float>() != 0) return;
       update({});
@@ -274,6 +273,33 @@ void Optimizer::step(const at::Tensor& found_inf) {
     }
   }
   update(found_inf);
+}
+
+bool Optimizer::has_new_parameter() const {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (!state_steps_[g][i].defined() && groups_[g].params[i].grad().defined()) return true;
+    }
+  }
+  return false;
+}
+
+Optimizer::StateMark Optimizer::state_mark() const {
+  StateMark mark(groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (const auto& t : state_steps_[g]) mark[g].push_back(t.defined());
+  }
+  return mark;
+}
+
+void Optimizer::drop_state_since(const StateMark& mark) {
+  BELLOWS_CHECK(mark.size() == groups_.size(), "drop_state_since() with a mark of another optimizer", "report this bug");
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (mark[g][i]) continue;
+      for (auto* state : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) (*state)[g][i] = at::Tensor();
+    }
+  }
 }
 
 void Optimizer::update(const at::Tensor& found_inf) {
@@ -393,8 +419,11 @@ void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, 
       auto grad_list = pick(grads, idx);
       if (fused_) {
         if (with_momentum && is_first) {
+          // Zero, not empty: when found_inf skips this update the buffer stays zero, and with dampening 0 the next
+          // update (is_first_step false) makes it the gradient, as a first update would (step() reads found_inf
+          // on the host when dampening is not 0).
           for (std::size_t i : idx)
-            momentum_buffer_[g][i] = at::empty_like(group.params[i], at::MemoryFormat::Preserve);
+            momentum_buffer_[g][i] = at::zeros_like(group.params[i], at::MemoryFormat::Preserve);
         }
         const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
         const auto call = [&](const auto& lr) {  // the double, or the tensor overload (use_lr_tensor)

@@ -11,7 +11,10 @@ struct GpuInfo {
   int index = 0;
   std::string name;
   std::int64_t total_memory_bytes = 0;
-  std::int64_t free_memory_bytes = 0;
+  std::int64_t free_memory_bytes = 0;  // when !free_memory_known: the total (an upper bound)
+  // Free memory is asked of this process's own GPU only (cudaMemGetInfo needs a context there, and a context on
+  // every GPU of a node in every rank costs each GPU memory per rank): other GPUs' is not queried.
+  bool free_memory_known = false;
   int cc_major = 0;
   int cc_minor = 0;
   int sm_count = 0;

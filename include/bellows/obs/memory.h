@@ -69,4 +69,9 @@ ProcessMemory process_memory();
 // pipeline (seed 003: "clearing memory between models").
 void release_cached_memory(c10::Device device);
 
+// At most `bytes` in the CUDA caching allocator on `device` (PyTorch's set_per_process_memory_fraction): an
+// allocation past it fails as out of memory. Shares a GPU, emulates a smaller one, or tests out-of-memory handling
+// on a real device. kConfig error when `device` is not a usable CUDA device or `bytes` exceeds its memory.
+void limit_device_memory(c10::Device device, std::int64_t bytes);
+
 }  // namespace bellows::obs

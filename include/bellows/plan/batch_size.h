@@ -25,7 +25,7 @@ struct MicroBatchRequest {
   double memory_budget_gib = 0;   // 0: 80% of the available host memory (CPU) or 90% of the GPU's free memory
   std::int64_t held_bytes = 0;    // tensor memory held before a step (weights, in-memory data, ...)
   std::int64_t later_bytes = 0;   // what the run will hold that a probe step does not (optimizer state, EMA)
-  std::int64_t limit_bytes = 0;   // a hard limit on tensor memory (cpu_tensor_limit_mb), the budget where smaller
+  std::int64_t limit_bytes = 0;   // a hard limit on tensor memory (cpu_tensor_limit_mb, gpu_memory_limit_mb), the budget where smaller
 };
 
 struct MicroBatchProbe {

@@ -59,7 +59,10 @@ class Optimizer {
   // found_inf (optional; float32, one element, 1 = skip): the update is skipped when it is 1 and the parameters,
   // moments, buffers and per-parameter step counts stay exactly as they were. With the fused kernels this is
   // decided on the device, with no sync (the kernels take found_inf, as torch.optim's do with a GradScaler);
-  // the foreach implementation and the first SGD update with momentum read it on the host (one sync).
+  // the foreach implementation reads it on the host (one sync), and so does SGD with momentum and dampening > 0 on
+  // a step where a parameter with a gradient is updated for the first time (its buffer starts as the gradient
+  // only on an update that happens). With dampening 0 a new buffer starts at zero, which gives the same first
+  // update, so the fused path never reads it.
   // steps() counts the call either way.
   void step(const at::Tensor& found_inf = {});
   void zero_grad();                     // sets gradients to undefined (no memset, no memory held)
@@ -68,6 +71,11 @@ class Optimizer {
   // step captured into a CUDA graph (train/step_graph.h) follows the schedule on replay. Needs the fused kernels
   // (kConfig error otherwise).
   void use_lr_tensor(c10::Device device);
+  // Which parameters have state (moments, buffers, step counts), and dropping what was created since such a mark:
+  // a CUDA graph capture that failed created state whose initialising kernels never ran (GraphStep).
+  using StateMark = std::vector<std::vector<bool>>;
+  StateMark state_mark() const;
+  void drop_state_since(const StateMark& mark);
   // The count of step() calls, for a step that ran as a graph: a replay runs no host code (the capture counted once).
   void set_steps(std::int64_t steps) { step_count_ = steps; }
   double lr() const { return lr_; }
@@ -91,6 +99,7 @@ class Optimizer {
 
  private:
   void update(const at::Tensor& found_inf);  // step() after the skip decision; found_inf: none, or on-device skip
+  bool has_new_parameter() const;            // a parameter with a gradient and no state yet
   void step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
                  const at::Tensor& found_inf);
   void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,

@@ -63,33 +63,32 @@ class CudaGpuProbe final : public GpuProbe {
                     "; bellows runs on the CPU";
       return info;
     }
-    int previous = 0;
-    cudaGetDevice(&previous);
-    for (int i = 0; i < count; ++i) info.gpus.push_back(probe_device(i, arch_list));
-    cudaSetDevice(previous);
+    // This process's GPU becomes its current device before anything else touches one; the others are only read.
+    probe_devices(RuntimeCalls{}, count, local_gpu_index(count), arch_list, info);
     info.usable = true;
     return info;
   }
 
  private:
-  static GpuInfo probe_device(int index, const std::vector<std::string>& arch_list) {
-    GpuInfo gpu;
-    gpu.index = index;
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, index) == cudaSuccess) {
+  struct RuntimeCalls final : CudaDeviceCalls {
+    bool properties(int index, GpuInfo& gpu) const override {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return false;
       gpu.name = prop.name;
       gpu.total_memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
       gpu.cc_major = prop.major;
       gpu.cc_minor = prop.minor;
       gpu.sm_count = prop.multiProcessorCount;
+      return true;
     }
-    std::size_t free_bytes = 0, total_bytes = 0;
-    if (cudaSetDevice(index) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-      gpu.free_memory_bytes = static_cast<std::int64_t>(free_bytes);
+    bool select(int index) const override { return cudaSetDevice(index) == cudaSuccess; }
+    bool free_memory(std::int64_t& free_bytes) const override {
+      std::size_t free = 0, total = 0;
+      if (cudaMemGetInfo(&free, &total) != cudaSuccess) return false;
+      free_bytes = static_cast<std::int64_t>(free);
+      return true;
     }
-    derive_gpu_features(gpu, arch_list);
-    return gpu;
-  }
+  };
 };
 
 }  // namespace

@@ -1,6 +1,10 @@
 // CUDA memory statistics from the caching allocator; see internal/cuda_memory.h.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 #include "obs/internal/cuda_memory.h"
 #include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
@@ -28,6 +32,16 @@ void cuda_reset_peak(c10::Device device) {
 void cuda_release_cached(c10::Device) {
   if (c10::cuda::device_count() == 0) return;
   c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+std::int64_t cuda_limit_memory(c10::Device device, std::int64_t bytes) {
+  if (c10::cuda::device_count() == 0) return 0;
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  c10::cuda::CUDAGuard guard(index);
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess || total == 0) return 0;
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total)), index);
+  return static_cast<std::int64_t>(total);
 }
 
 }  // namespace bellows::obs::internal

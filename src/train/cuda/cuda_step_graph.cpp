@@ -1,8 +1,12 @@
 // The CUDA graph of a training step (train/step_graph.h): warm-up and capture on a side stream, replay on the
-// current one. The graph's memory comes from its own pool of the caching allocator, kept until the graph goes.
+// current one. The graph's memory comes from its own pool of the caching allocators (device and pinned host),
+// kept until the graph goes, and given back at once when the capture fails.
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
@@ -53,9 +57,15 @@ class CudaStepGraph final : public StepGraph {
           seed = impl->current_seed();
           offset = impl->philox_offset_per_thread();
         }
+        // What the warm-up left cached goes back to the device first, as PyTorch's graph helper does: the capture
+        // allocates from a pool of its own, and a large model would otherwise run out of memory there.
+        c10::cuda::device_synchronize();
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        // An explicit pool, so that a failed capture can end and release it (below).
+        const c10::MempoolId_t pool = at::cuda::graph_pool_handle();
         // Thread-local capture: the data workers' pinned allocations (cudaHostAlloc) on other threads stay legal
         // during the capture instead of invalidating it (global mode, the default, forbids them process-wide).
-        graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+        graph_->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
         bool stepped = false;
         try {
           step();
@@ -75,7 +85,8 @@ class CudaStepGraph final : public StepGraph {
             fresh->set_philox_offset_per_thread(offset);
             impl->graphsafe_set_state(fresh);
           }
-          graph_ = std::make_unique<at::cuda::CUDAGraph>();  // the partial graph and its pool go
+          release_failed_pool(pool);
+          graph_ = std::make_unique<at::cuda::CUDAGraph>();  // the partial graph goes
           throw;
         }
         captured_ = true;
@@ -85,6 +96,31 @@ class CudaStepGraph final : public StepGraph {
     }
     after.record(side_);
     after.block(current);
+  }
+
+  // CUDAGraph::capture_end throws before it ends the allocators' capture into `pool` when the capture was invalidated
+  // (cudaStreamEndCapture fails), and the graph releases its pool only after a capture that ended: the allocators
+  // would keep routing this stream's allocations through the capture's filter and never free the pool's blocks.
+  // Ending a capture that capture_end did end throws; both are ignored. The pool's blocks go back to the device once
+  // the tensors allocated in the capture are gone (the optimizer's new state is dropped by GraphStep).
+  void release_failed_pool(c10::MempoolId_t pool) {
+    bool graph_owns_pool = false;  // pool() answers only after a capture that ended; the graph's reset releases it then
+    try {
+      graph_->pool();
+      graph_owns_pool = true;
+    } catch (...) {
+    }
+    if (graph_owns_pool) return;
+    try {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(device_.index(), pool);
+    } catch (...) {
+    }
+    try {
+      at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool);
+    } catch (...) {
+    }
+    c10::cuda::CUDACachingAllocator::releasePool(device_.index(), pool);
+    at::getHostAllocator(at::kCUDA)->release_pool(pool);
   }
 
   c10::Device device_;

@@ -41,6 +41,7 @@ HardwareInfo gpu_machine(int major, int minor) {
   gpu.cc_minor = minor;
   gpu.total_memory_bytes = 40LL << 30;
   gpu.free_memory_bytes = 39LL << 30;
+  gpu.free_memory_known = true;
   derive_gpu_features(gpu, info.torch.cuda_arch_list);
   info.cuda.gpus.push_back(gpu);
   return info;

@@ -15,6 +15,7 @@
 
 #include "bellows/models/activation_checkpoint.h"
 #include "bellows/obs/profile.h"
+#include "bellows/util/error.h"
 
 namespace bellows::obs {
 namespace {
@@ -50,6 +51,23 @@ TEST(Memory, CountsTensorBytesAndThePeak) {
   EXPECT_EQ(memory_stats(kCpu).session_peak_bytes - memory_stats(kCpu).current_bytes, 1 << 20);
   // Devices without statistics say so.
   EXPECT_FALSE(memory_stats(c10::Device(c10::kMeta)).tracked);
+}
+
+// gpu_memory_limit_mb: a limit on a CPU run, or on a CUDA device that is not there, is a config error naming the key.
+TEST(Memory, AGpuLimitNeedsAUsableGpu) {
+  const auto message_of = [](c10::Device device) {
+    try {
+      limit_device_memory(device, 100'000'000);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of(c10::Device(c10::kCPU)).find("gpu_memory_limit_mb is set, but the run is on cpu"), std::string::npos);
+  if (!torch::cuda::is_available()) {
+    EXPECT_NE(message_of(c10::Device(c10::kCUDA, 0)).find("gpu_memory_limit_mb"), std::string::npos);
+  }
 }
 
 TEST(Memory, ZeroSizedAndRawAllocations) {

@@ -136,6 +136,24 @@ TEST(Plan, AutoOnGpus) {
 // deterministic: true on CUDA sets CUBLAS_WORKSPACE_CONFIG (cuBLAS throws at the first matmul of a deterministic
 // run without it); one already set to a deterministic value is kept; any other value is a config error. CPU runs
 // leave it alone.
+// One GPU per process of a data-parallel job: cuda:<local rank>, or the only GPU a process sees (a launcher that
+// gives each rank its own CUDA_VISIBLE_DEVICES); more ranks than GPUs is refused.
+TEST(Plan, EachRankOfANodeTakesItsOwnGpu) {
+  PlanRequest r;
+  r.local_rank = 1;
+  r.local_world_size = 2;
+  hw::HardwareInfo two = gpu_machine(9);
+  two.cuda.gpus.push_back(two.cuda.gpus.front());
+  two.cuda.gpus.back().index = 1;
+  EXPECT_EQ(resolve(r, two).device.str(), "cuda:1");
+  const Plan alone = resolve(r, gpu_machine(9));
+  EXPECT_EQ(alone.device.str(), "cuda:0");
+  EXPECT_NE(reason_of(alone, "device").find("local rank 1 of 2 sees one GPU"), std::string::npos) << reason_of(alone, "device");
+  r.local_rank = 2;
+  r.local_world_size = 3;
+  EXPECT_THROW(resolve(r, two), Error);
+}
+
 TEST(Plan, DeterministicCudaRunsSetTheCublasWorkspace) {
   const char* before = std::getenv("CUBLAS_WORKSPACE_CONFIG");
   const std::string saved = before ? before : "";

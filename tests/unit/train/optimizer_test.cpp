@@ -221,10 +221,12 @@ TEST(Optimizer, ParametersWithoutGradientAreSkipped) {
 
 // found_inf = 1 skips the update: parameters, moments, buffers and per-parameter step counts stay bitwise as
 // they were, for every implementation (fused on the device, foreach after reading the flag); found_inf = 0
-// gives exactly the update without a flag. The first SGD momentum update is read on the host, so a skipped
-// first step does not leave a half-initialised buffer: the next real step starts the buffer at the gradient.
+// gives exactly the update without a flag. A skipped first SGD momentum update leaves no half-initialised buffer:
+// the next real step starts the buffer at the gradient, read on the host with dampening, and on the fused path
+// without dampening from a zero buffer (no host read; the same update bitwise).
 TEST(Optimizer, FoundInfSkipsTheUpdateExactly) {
-  const std::vector<Reference> configs = {{"adamw"}, {"adam"}, {.type = "sgd", .momentum = 0.9, .dampening = 0.1}, {.type = "sgd"}};
+  const std::vector<Reference> configs = {{"adamw"}, {"adam"}, {.type = "sgd", .momentum = 0.9, .dampening = 0.1},
+                                          {.type = "sgd", .momentum = 0.9}, {.type = "sgd"}};
   const at::Tensor one = at::ones({}, at::kFloat), zero = at::zeros({}, at::kFloat);
   for (const std::string impl : {"fused", "foreach"}) {
     for (const auto& r : configs) {
@@ -259,6 +261,29 @@ TEST(Optimizer, FoundInfSkipsTheUpdateExactly) {
         else EXPECT_TRUE(v.equal(held_state.at(k))) << k << " changed on a skipped update";
       }
     }
+  }
+}
+
+// A CUDA graph capture that failed created state whose kernels never ran; drop_state_since(state_mark()) takes
+// exactly that state away: the parameter updates again as a first update, the others keep theirs.
+TEST(Optimizer, DropStateSinceAMarkForgetsOnlyTheNewState) {
+  for (const Reference r : {Reference{"adamw"}, Reference{.type = "sgd", .momentum = 0.9}}) {
+    SCOPED_TRACE(r.type);
+    const auto a = make_params(), b = clone_params(a);
+    Optimizer opt(a, options_for(r, "fused"));
+    set_grads(a, 1, {"head.weight"});
+    opt.step();
+    const Optimizer::StateMark mark = opt.state_mark();
+    set_grads(a, 2);  // head.weight's first gradient: its state starts here
+    opt.step();
+    EXPECT_GT(opt.state_dict().at("step.head.weight").item<double>(), 0.0);
+    opt.drop_state_since(mark);
+    const StateDict sd = opt.state_dict();
+    EXPECT_EQ(sd.at("step.head.weight").item<double>(), 0.0) << "the new state is gone";
+    EXPECT_EQ(sd.count("exp_avg.head.weight") + sd.count("momentum_buffer.head.weight"), 0u);
+    EXPECT_EQ(sd.at("step.fc.weight").item<double>(), 2.0) << "state from before the mark stays";
+    Optimizer other(b, options_for({"adam"}, "fused"));
+    EXPECT_THROW(other.drop_state_since(Optimizer::StateMark{}), Error);
   }
 }
 

@@ -220,11 +220,14 @@ for r in rows:
         return "" if v is None else fmt.format(v)
     lines.append(f"| {r['step']} | {r['status']} | {r['seconds']} | {i.get('precision', '')} | {i.get('compile', '')} | "
                  f"{f(i.get('samples_per_s'), '{:.0f}')} | {f(i.get('step_ms'), '{:.2f}')} | {f(i.get('mfu'), '{:.3f}')} | {f(i.get('mem_peak_mb'), '{:.0f}')} | {f(i.get('loss'), '{:.4g}')} | {note} |")
-try:
+if not any(r["step"] == "selftest" for r in rows):
+    pass  # not asked for (--only)
+else:
+  try:
     st = json.load(open(os.path.join(out, "selftest.json")))
     lines += ["", f"selftest on {st.get('device', '?')}:", "", "| check | status | s | detail |", "|---|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {c['seconds']:.2f} | {c['detail'][:160]} |" for c in st["checks"]]
-except (OSError, ValueError, KeyError) as e:
+  except (OSError, ValueError, KeyError) as e:
     lines += ["", f"selftest: no JSON report ({e}); see selftest.log"]
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "summary.md"), "w").write(text)

@@ -239,9 +239,6 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
     a.plan.entries.push_back(strategy.entry);
     obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
     a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
-    if (const double mb = config::get_double(c, "gpu_memory_limit_mb"); mb > 0) {
-      obs::limit_device_memory(a.plan.device, static_cast<std::int64_t>(mb * 1e6));
-    }
   }
   dist::Strategy& ranks = *a.strategy;
   models::set_dropout_masks(dropout_masks_setting(c));
@@ -298,6 +295,12 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   }
   // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
   set_flop_options(c, hw, a.plan, /*may_measure=*/ranks.world_size() == 1, t, notes);
+  // The run's GPU memory limit, after the machine's peaks were measured (their 256 MiB operands are the machine's
+  // measurement, not the run's; measured under a small limit they failed on the H200) and before the run's model,
+  // batch-size trials and steps allocate there.
+  if (const double mb = config::get_double(c, "gpu_memory_limit_mb"); mb > 0) {
+    obs::limit_device_memory(a.plan.device, static_cast<std::int64_t>(mb * 1e6));
+  }
   t.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(a.plan.to_json())}};
   a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
   Trainer& trainer = *a.trainer;

@@ -120,6 +120,15 @@ std::vector<std::int64_t> shape_of(const bellows_tensor& t, const std::string& w
                   "set bellows_tensor.shape");
     }
   }
+  // The element count and the byte size must fit in 64 bits before LibTorch sees the shape (it would fail with an
+  // internal "Storage size calculation overflowed"): a caller's bad shape is a usage error.
+  std::int64_t n = 1;
+  for (const auto s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      throw Error(ErrorKind::kUsage, fmt::format("{} has shape [{}]: its element count overflows 64 bits", what, fmt::join(shape, ", ")),
+                  "set bellows_tensor.shape to the array's real extents");
+    }
+  }
   return shape;
 }
 
@@ -127,8 +136,12 @@ std::vector<std::int64_t> shape_of(const bellows_tensor& t, const std::string& w
 at::Tensor view_of(const bellows_tensor& t, const std::string& what) {
   const at::ScalarType type = scalar_type(t.dtype, what);
   const std::vector<std::int64_t> shape = shape_of(t, what);
-  std::int64_t n = 1;
-  for (const auto s : shape) n *= s;
+  std::int64_t n = 1, bytes = 0;
+  for (const auto s : shape) n *= s;  // cannot overflow: shape_of checked
+  if (__builtin_mul_overflow(n, static_cast<std::int64_t>(c10::elementSize(type)), &bytes)) {
+    throw Error(ErrorKind::kUsage, fmt::format("{} has {} elements: its size in bytes overflows 64 bits", what, n),
+                "set bellows_tensor.shape to the array's real extents");
+  }
   if (n > 0 && t.data == nullptr) throw Error(ErrorKind::kUsage, fmt::format("{} has {} elements but data is NULL", what, n), "point data at the values");
   if (n == 0) return at::empty(shape, at::TensorOptions().dtype(type));
   return at::from_blob(t.data, shape, at::TensorOptions().dtype(type));

@@ -327,6 +327,7 @@ std::vector<CheckSpec> checks() {
       {"SDPA backend", false, sdpa_check},
       {"channels_last convolution", false, channels_last_check},
       {"CUDA graph replay", true, internal::cuda_graph_replay},
+      {"CUDA graph failed capture", true, internal::cuda_graph_failed_capture},
       {"all-reduce", false, all_reduce_check},
       {"determinism flags", false, determinism_check},
   };

@@ -8,6 +8,7 @@ constexpr const char* kNoCuda = "bellows was built without its CUDA paths (LibTo
 
 std::string cuda_copy_overlap(c10::Device) { throw SelftestSkip(kNoCuda); }
 std::string cuda_graph_replay(c10::Device) { throw SelftestSkip(kNoCuda); }
+std::string cuda_graph_failed_capture(c10::Device) { throw SelftestSkip(kNoCuda); }
 std::string nccl_all_reduce() { throw SelftestSkip(kNoCuda); }
 
 }  // namespace bellows::lab::internal

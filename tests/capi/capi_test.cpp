@@ -140,6 +140,13 @@ TEST_F(CApi, BadPushesAreRefusedAndNothingIsStored) {
   too_many_dims.ndim = 9;
   EXPECT_EQ(bellows_push(t_, &too_many_dims, 1), BELLOWS_ERR_USAGE);
   EXPECT_EQ(bellows_push(t_, nullptr, 0), BELLOWS_ERR_USAGE);
+  // A shape whose element count or byte size overflows 64 bits is the caller's error, said before LibTorch sees it.
+  bellows_tensor huge[2] = {tensor("x", x.data(), {int64_t{1} << 40, int64_t{1} << 40}), tensor("y", y.data(), {6, 8})};
+  EXPECT_EQ(bellows_push_block(t_, huge, 2), BELLOWS_ERR_USAGE);
+  EXPECT_NE(error().find("element count overflows 64 bits"), std::string::npos) << error();
+  bellows_tensor huge_bytes[2] = {tensor("x", x.data(), {int64_t{1} << 31, int64_t{1} << 31}), tensor("y", y.data(), {6, 8})};
+  EXPECT_EQ(bellows_push_block(t_, huge_bytes, 2), BELLOWS_ERR_USAGE);
+  EXPECT_NE(error().find("size in bytes overflows 64 bits"), std::string::npos) << error();
   int64_t n = -1;
   ASSERT_EQ(bellows_buffered(t_, &n), BELLOWS_OK);
   EXPECT_EQ(n, 0);

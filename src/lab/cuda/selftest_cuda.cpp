@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "lab/internal/selftest_cuda.h"
+#include "bellows/obs/memory.h"
 #include "bellows/train/step_graph.h"  // defines: make_cuda_step_graph
 #include "bellows/util/cuda_units.h"  // defines: register_cuda_unit
 #include "dist/backend.h"
@@ -143,6 +144,57 @@ std::string cuda_graph_replay(c10::Device device) {
                                          "max |graph - eager| {:.1e}", kSteps, graph_ms / kSteps, eager_ms / kSteps, eager_ms / graph_ms, diff);
   if (diff > 1e-5) throw SelftestFailure(detail + " (over 1e-5)");
   return detail;
+}
+
+std::string cuda_graph_failed_capture(c10::Device device) {
+  c10::cuda::CUDAGuard guard(device);
+  const auto options = at::TensorOptions().device(device);
+  const auto reserved_mib = [&] {  // after the allocator gave back what it can: what it still holds
+    c10::cuda::device_synchronize();
+    obs::release_cached_memory(device);
+    return static_cast<double>(obs::memory_stats(device).reserved_bytes) / (1 << 20);
+  };
+  const at::Tensor x = at::randn({16 << 20}, options);  // 64 MiB
+  at::Tensor y;
+  const double before = reserved_mib();
+  // A step that reads a value back (a host sync) cannot be captured: the capture fails, as the trainer's does when a
+  // model calls .item() in its step; the random op makes the capture use the default generator's graph state.
+  std::string why;
+  {
+    const std::unique_ptr<train::StepGraph> graph = train::make_cuda_step_graph(device);
+    const auto reads_back = [&] {
+      y = at::dropout(x, 0.5, /*train=*/true) * 2;
+      (void)y.sum().item<float>();
+    };
+    graph->warm_up(reads_back);
+    try {
+      graph->capture(reads_back);
+    } catch (const std::exception& e) {
+      why = e.what();
+      why = why.substr(0, why.find('\n'));
+    }
+    if (why.empty()) throw SelftestFailure("a capture of a step that reads a value back did not fail");
+  }
+  // Afterwards: random ops and allocations work eagerly, and the capture's pool went back to the device.
+  y = at::dropout(x, 0.5, /*train=*/true);
+  y.reset();
+  const double after = reserved_mib();
+  if (after > before + 8) {
+    throw SelftestFailure(fmt::format("after the failed capture the caching allocator still holds {:.0f} MiB (before: {:.0f} MiB): its "
+                                      "pool was not released", after, before));
+  }
+  // A new capture of a clean step replays.
+  const std::unique_ptr<train::StepGraph> graph = train::make_cuda_step_graph(device);
+  at::Tensor out = at::empty_like(x);
+  const auto step = [&] { at::mul_out(out, x, 3); };
+  graph->warm_up(step);
+  graph->capture(step);
+  out.zero_();
+  graph->replay();
+  const double diff = (out - x * 3).abs().max().item<double>();
+  if (diff != 0) throw SelftestFailure(fmt::format("a capture after the failed one replayed with max |difference| {:.1e}", diff));
+  return fmt::format("a step that reads a value back: capture failed ({}); then eager dropout ran, the allocator held {:.0f} MiB "
+                     "(before: {:.0f}), a new capture replayed exactly", why.substr(0, 60), after, before);
 }
 
 std::string nccl_all_reduce() {

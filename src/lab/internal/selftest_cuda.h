@@ -28,6 +28,9 @@ std::string cuda_copy_overlap(c10::Device device);
 // A small MLP's whole training step (forward, backward, SGD update) captured into a CUDA graph after warm-up on a
 // side stream; replays against the same steps run eagerly from the same weights (values and time).
 std::string cuda_graph_replay(c10::Device device);
+// A capture that fails (a step reading a value back) through the trainer's graph: afterwards random ops and
+// allocations work, the capture's memory pool went back to the device, and a new capture replays.
+std::string cuda_graph_failed_capture(c10::Device device);
 // One all-reduce over NCCL between the first two GPUs (two ranks in threads); skipped with fewer GPUs.
 std::string nccl_all_reduce();
 

@@ -1,4 +1,5 @@
 // CUDA memory statistics from the caching allocator; see internal/cuda_memory.h.
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -37,6 +38,9 @@ void cuda_release_cached(c10::Device) {
 std::int64_t cuda_limit_memory(c10::Device device, std::int64_t bytes) {
   if (c10::cuda::device_count() == 0) return 0;
   const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  // The caching allocator exists once CUDA is initialised (lazily, at the first CUDA tensor); a limit set before
+  // that failed on the H200 with "Allocator not initialized for device".
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDAGuard guard(index);
   std::size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess || total == 0) return 0;

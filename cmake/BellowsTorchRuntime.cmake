@@ -21,8 +21,17 @@ set_target_properties(bellows::torch_runtime PROPERTIES INTERFACE_LINK_OPTIONS "
 
 # The CUDA runtime API for bellows' CUDA probe: the toolkit's headers and import library. At run time the
 # DT_RPATH above puts the wheel's libcudart.so.13 first, so the process holds the one LibTorch uses.
-if(TARGET torch_cuda)
+# CMake 3.25.1's FindCUDAToolkit (Debian 12's as of 2026) marks CUDA::nvToolsExt deprecated without checking that
+# it exists, and CUDA 13 has none: the configure stopped ("set_property could not find TARGET CUDA::nvToolsExt") in
+# a Debian 12 chroot with only the build tools (docs/gpu.md). It does so only where CMAKE_MINIMUM_REQUIRED_VERSION
+# reads 3.25 or more, so the module runs in a function that reads 3.24 there; the targets it makes are the
+# directory's, its variables are not needed here.
+function(_bellows_find_cuda_toolkit)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
   find_package(CUDAToolkit QUIET)
+endfunction()
+if(TARGET torch_cuda)
+  _bellows_find_cuda_toolkit()
   if(TARGET CUDA::cudart)
     add_library(bellows::cudart INTERFACE IMPORTED)
     set_target_properties(bellows::cudart PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::cudart)

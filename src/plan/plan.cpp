@@ -142,9 +142,8 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
     for (auto& e : plan.entries) {
       if (e.key == "device") {
         e.value = plan.device.str();
-        e.reason += hw.cuda.gpus.size() == 1
-                        ? fmt::format("; one GPU per process: local rank {} of {} sees one GPU", req.local_rank, req.local_world_size)
-                        : fmt::format("; one GPU per process: local rank {} of {}", req.local_rank, req.local_world_size);
+        e.reason += fmt::format("; one GPU per process: local rank {} of {}{}", req.local_rank, req.local_world_size,
+                                hw.cuda.gpus.size() == 1 ? " sees one GPU" : "");
       }
     }
   }

@@ -87,7 +87,7 @@ StepResult GraphStep::run(StepBatches& batches) {
   bool ran = false;
   if (fits) {
     const std::int64_t optimizer_steps = p_.optimizer.steps();
-    const Optimizer::StateMark had_state = p_.optimizer.state_mark();
+    Optimizer::StateMark had_state;  // taken before the capture only: replays create no state
     if (warmed_ < kStepGraphWarmup) {
       graph_->warm_up([this] { body(); });
       ++warmed_;
@@ -95,6 +95,7 @@ StepResult GraphStep::run(StepBatches& batches) {
     } else {
       try {
         if (!captured_) {
+          had_state = p_.optimizer.state_mark();
           graph_->capture([this] { body(); });
           captured_ = true;
         }

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "bellows/util/check.h"
@@ -276,6 +277,12 @@ Schema::KeyBuilder& Schema::KeyBuilder::or_words(std::vector<std::string> w) {
   return *this;
 }
 
+Schema::KeyBuilder& Schema::KeyBuilder::file_path() {
+  BELLOWS_CHECK(spec_.type == Type::kString, fmt::format("{}: only string keys name files", spec_.key), "");
+  spec_.file_path = true;
+  return *this;
+}
+
 Schema::KeyBuilder Schema::add(const std::string& key, Type type, const std::string& help) {
   KeySpec spec;
   spec.key = key;
@@ -331,6 +338,15 @@ void Schema::validate(Config& config) const {
   validator.check_missing();
   BELLOWS_CHECK_CONFIG(validator.problems().empty(), detail::problem_list(validator.problems()),
                        "fix each value where the line says it was set, or override it with key=value");
+  for (const auto& [key, spec] : keys_) {
+    if (!spec.file_path || !config.has(key)) continue;
+    const std::string value = config.node(key).Scalar();
+    if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
+    const Origin origin = config.origin(key);
+    const std::filesystem::path base = origin.file.empty() ? std::filesystem::current_path()
+                                                           : std::filesystem::absolute(origin.file).parent_path();
+    config.set(key, YAML::Node((base / value).lexically_normal().string()), origin);
+  }
 }
 
 // --- typed getters ---

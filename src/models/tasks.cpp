@@ -28,9 +28,9 @@ void check_one_sample(const PredictOptions& options) {
 
 class RegressionTask final : public Task {
  public:
-  explicit RegressionTask(Forward forward) : forward_(std::move(forward)) {}
+  explicit RegressionTask(BatchForward forward) : forward_(std::move(forward)) {}
   StepOutput step(torch::nn::Module& model, const data::Batch& batch) override {
-    const at::Tensor pred = forward_(model, batch.at("x"));
+    const at::Tensor pred = forward_(model, batch);
     const at::Tensor target = batch.at("y").to(pred.scalar_type()).view_as(pred);
     const at::Tensor diff = pred.to(at::kFloat) - target.to(at::kFloat);
     StepOutput out;
@@ -42,18 +42,18 @@ class RegressionTask final : public Task {
   at::Tensor predict(torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options) override {
     check_one_sample(options);
     torch::NoGradGuard no_grad;
-    return forward_(model, batch.at("x")).to(at::kFloat);
+    return forward_(model, batch).to(at::kFloat);
   }
 
  private:
-  Forward forward_;
+  BatchForward forward_;
 };
 
 class ClassificationTask final : public Task {
  public:
-  explicit ClassificationTask(Forward forward) : forward_(std::move(forward)) {}
+  explicit ClassificationTask(BatchForward forward) : forward_(std::move(forward)) {}
   StepOutput step(torch::nn::Module& model, const data::Batch& batch) override {
-    const at::Tensor logits = forward_(model, batch.at("x")).to(at::kFloat);
+    const at::Tensor logits = forward_(model, batch).to(at::kFloat);
     const at::Tensor target = batch.at("y").to(at::kLong).view({-1});
     StepOutput out;
     out.loss = at::cross_entropy_loss(logits, target);
@@ -64,19 +64,27 @@ class ClassificationTask final : public Task {
   at::Tensor predict(torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options) override {
     check_one_sample(options);
     torch::NoGradGuard no_grad;
-    return forward_(model, batch.at("x")).to(at::kFloat).softmax(-1);
+    return forward_(model, batch).to(at::kFloat).softmax(-1);
   }
   std::string monitor() const override { return "accuracy"; }
   bool lower_is_better() const override { return false; }
 
  private:
-  Forward forward_;
+  BatchForward forward_;
 };
 
 }  // namespace
 
-std::shared_ptr<Task> make_regression_task(Forward forward) { return std::make_shared<RegressionTask>(std::move(forward)); }
-std::shared_ptr<Task> make_classification_task(Forward forward) {
+namespace {
+BatchForward on_x(Forward forward) {
+  return [forward = std::move(forward)](torch::nn::Module& m, const data::Batch& b) { return forward(m, b.at("x")); };
+}
+}  // namespace
+
+std::shared_ptr<Task> make_regression_task(Forward forward) { return make_regression_task(on_x(std::move(forward))); }
+std::shared_ptr<Task> make_classification_task(Forward forward) { return make_classification_task(on_x(std::move(forward))); }
+std::shared_ptr<Task> make_regression_task(BatchForward forward) { return std::make_shared<RegressionTask>(std::move(forward)); }
+std::shared_ptr<Task> make_classification_task(BatchForward forward) {
   return std::make_shared<ClassificationTask>(std::move(forward));
 }
 

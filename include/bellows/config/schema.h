@@ -30,6 +30,7 @@ struct KeySpec {
   std::optional<double> min, max;    // inclusive bounds for numbers (and list elements)
   std::vector<std::string> choices;  // allowed values for strings (and string-list elements)
   std::vector<std::string> words;    // numbers (kInt, kDouble): words accepted instead of a number ("auto")
+  bool file_path = false;            // kString: a relative path resolves against the file that set it (see file_path())
 };
 
 class Schema {
@@ -46,6 +47,10 @@ class Schema {
     KeyBuilder& choices(std::vector<std::string> c);
     // A number key that also takes these words (data.batch_size: auto); read them with is_word() first.
     KeyBuilder& or_words(std::vector<std::string> w);
+    // A kString key naming a file: validate() makes a relative value absolute, against the directory of the
+    // config file that set it (a command-line value: against the working directory), so that the resolved
+    // config saved in a run or checkpoint still finds the file from anywhere.
+    KeyBuilder& file_path();
 
     // Builds on `spec` (Schema::add's, or a config::Binding's key).
     explicit KeyBuilder(KeySpec& spec) : spec_(spec) {}

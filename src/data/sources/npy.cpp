@@ -32,7 +32,16 @@ std::map<std::string, std::string> arrays(const SourceRequest& r) {
     BELLOWS_CHECK_CONFIG(!x.empty(), "data.npy.x is empty", "name the input array of the .npz file");
     out.emplace("x", npz_member(r.path, x));
     if (!y.empty()) out.emplace("y", npz_member(r.path, y));
+    for (const std::string& name : config::get_string_list(*r.config, "data.npy.extra")) {
+      BELLOWS_CHECK_CONFIG(name != "x" && name != "y" && out.count(name) == 0,
+                           fmt::format("data.npy.extra names '{}', which is already a tensor of the batch", name),
+                           "list the .npz's other arrays, each once (x and y come from data.npy.x and data.npy.y)");
+      out.emplace(name, npz_member(r.path, name));
+    }
   } else {
+    BELLOWS_CHECK_CONFIG(config::get_string_list(*r.config, "data.npy.extra").empty(),
+                         fmt::format("data.npy.extra is set, but {} is a single .npy file", r.path.string()),
+                         "put the arrays into one .npz file (np.savez), or leave data.npy.extra empty");
     out.emplace("x", r.path.string());
     if (!y.empty() && y != "y") out.emplace("y", y);
   }
@@ -48,6 +57,8 @@ SourceEntry npy_source() {
     auto node = [](auto v) { return YAML::Node(v); };
     s.add("data.npy.x", Type::kString, ".npz: input array name").default_value(node("x"));
     s.add("data.npy.y", Type::kString, ".npz: target array name ('' for none); .npy: another file, or file.npz:array").default_value(node("y"));
+    s.add("data.npy.extra", Type::kStringList, ".npz: more arrays, batch tensors under their own names (a model's other inputs)")
+        .default_value(YAML::Load("[]"));
     npy_binding().declare(s);
   };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_npy_dataset(arrays(r), read_options(r)); };

@@ -1,8 +1,11 @@
 """examples/own-model: a model written in plain PyTorch, trained by bellows, evaluated back in PyTorch.
 
     model.py prepare DIR [--quick]      writes DIR/model.pt (TorchScript), DIR/train.npz and DIR/val.npz
-    model.py evaluate DIR WEIGHTS        loads bellows' trained weights (model.safetensors) into the Python class
-                                         with load_state_dict(strict=True) and prints the validation accuracy
+    model.py evaluate DIR WEIGHTS [PRED.npy]
+                                         loads bellows' trained weights (model.safetensors) into the Python class
+                                         with load_state_dict(strict=True) and prints the validation accuracy; with
+                                         PRED.npy (`bellows predict` on val.npz), the largest difference between
+                                         bellows' class probabilities and PyTorch's
 
 The model takes two inputs, an image and a scalar feature, and has BatchNorm and dropout: the parts that make
 train() and eval() differ. The label depends on both inputs (the quadrant of a bright square, shifted by two
@@ -57,7 +60,7 @@ def prepare(out: str, quick: bool):
     print(f"own-model: wrote {out}/model.pt (torch.jit.script), train.npz ({n_train}), val.npz ({n_val})")
 
 
-def evaluate(out: str, weights: str):
+def evaluate(out: str, weights: str, predictions: str):
     from safetensors.torch import load_file
     model = TwoInputNet()
     state = load_file(weights)
@@ -67,7 +70,10 @@ def evaluate(out: str, weights: str):
     with torch.no_grad():
         logits = model(torch.from_numpy(val["x"]), torch.from_numpy(val["feature"]))
     accuracy = (logits.argmax(1).numpy() == val["y"]).mean()
-    print(json.dumps({"tensors": len(state), "accuracy": float(accuracy)}))
+    result = {"tensors": len(state), "accuracy": float(accuracy)}
+    if predictions:
+        result["predict_max_abs_diff"] = float(np.abs(np.load(predictions) - logits.softmax(1).numpy()).max())
+    print(json.dumps(result))
 
 
 def main():
@@ -79,11 +85,12 @@ def main():
     b = sub.add_parser("evaluate")
     b.add_argument("dir")
     b.add_argument("weights")
+    b.add_argument("predictions", nargs="?", default="")
     args = p.parse_args()
     if args.command == "prepare":
         prepare(args.dir, args.quick)
     else:
-        evaluate(args.dir, args.weights)
+        evaluate(args.dir, args.weights, args.predictions)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 # and a scalar feature), scripted with torch.jit.script, trained with `bellows train`, and its trained weights
 # loaded back into the Python class (load_state_dict strict) to evaluate. Checks that the training loss halved,
 # that bellows' validation accuracy and Python's agree (within 0.02: bellows evaluates in bf16 where precision: auto
-# picks it) and that it beats 0.8 (chance 0.25; either input alone 0.5).
+# picks it) and that it beats 0.8 (chance 0.25; either input alone 0.5), and that `bellows predict` on the validation
+# file gives PyTorch's class probabilities (within 1e-5).
 #   run.sh [--quick] [key=value ...]   --quick: 768 training samples, 4 epochs (well under a minute on 2 cores)
 source "$(dirname "$0")/../common.sh" "$@"; [ -z "$quick" ] || shift
 
@@ -18,7 +19,8 @@ rm -rf "$runs/own-model"
   data.path="$data/train.npz" data.val_path="$data/val.npz" "${schedule[@]}" "$@"
 
 last="$(ls -d "$runs/own-model/checkpoints/step-"* | sort | tail -n 1)"
-python_eval="$("$python" "$here/model.py" evaluate "$data" "$last/model.safetensors")"
+"$BELLOWS_BIN/bellows" predict "$last" --input "$data/val.npz" --output "$WORK/val-predictions.npy"
+python_eval="$("$python" "$here/model.py" evaluate "$data" "$last/model.safetensors" "$WORK/val-predictions.npy")"
 "$python" - "$runs/own-model/metrics.jsonl" "$python_eval" <<'PY'
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
@@ -30,8 +32,11 @@ if len(train) < 4 or not evals:
 first, last = sum(train[:2]) / 2, sum(train[-2:]) / 2
 bellows_acc, python_acc = evals[-1]["accuracy"], python_eval["accuracy"]
 print(f"own-model: train loss {first:.3f} -> {last:.3f}; validation accuracy bellows {bellows_acc:.4f}, "
-      f"PyTorch with the trained weights {python_acc:.4f} ({python_eval['tensors']} tensors loaded by name)")
-if not (last < 0.5 * first and bellows_acc > 0.8 and abs(bellows_acc - python_acc) <= 0.02):
-    sys.exit("own-model: FAILED: expected the loss to halve, accuracy above 0.8, and the same accuracy in bellows and PyTorch")
+      f"PyTorch with the trained weights {python_acc:.4f} ({python_eval['tensors']} tensors loaded by name); "
+      f"bellows predict vs PyTorch probabilities: max abs difference {python_eval['predict_max_abs_diff']:.2g}")
+if not (last < 0.5 * first and bellows_acc > 0.8 and abs(bellows_acc - python_acc) <= 0.02
+        and python_eval["predict_max_abs_diff"] < 1e-5):
+    sys.exit("own-model: FAILED: expected the loss to halve, accuracy above 0.8, the same accuracy in bellows and PyTorch, "
+             "and bellows predict's probabilities within 1e-5 of PyTorch's")
 print("own-model: OK")
 PY

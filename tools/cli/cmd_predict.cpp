@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
@@ -76,6 +77,29 @@ std::pair<at::Tensor, std::string> read_input(const std::string& spec) {
   return {x, name};
 }
 
+// A model's other inputs (a TorchScript model's feature arrays): with --input FILE.npz, the arrays of that file
+// which the run's data.npy.extra named, as batch tensors by those names; each must have the rows of x.
+std::map<std::string, at::Tensor> read_extra_inputs(const std::string& spec, const config::Config& c, std::int64_t rows) {
+  std::map<std::string, at::Tensor> out;
+  const fs::path file(spec);
+  if (file.extension() != ".npz" || !c.has("data.npy.extra")) return out;
+  const auto names = data::list_npz(file);
+  data::NpyReadOptions read;
+  read.mmap = false;
+  for (const std::string& name : config::get_string_list(c, "data.npy.extra")) {
+    BELLOWS_CHECK_DATA(std::find(names.begin(), names.end(), name) != names.end(),
+                       fmt::format("--input {} has no array '{}', which the model was trained with (data.npy.extra)", spec, name),
+                       fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
+    at::Tensor t = data::read_npz_array(file, name, read);
+    BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) == rows,
+                       fmt::format("--input {}:{} has shape {}, expected {} rows as x", spec, name, shape_of(t), rows),
+                       "give every input array one row per input");
+    if (at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
+    out.emplace(name, t);
+  }
+  return out;
+}
+
 // The checkpoint's weights: the EMA weights where it has them (unless raw), else the trained ones.
 std::pair<std::map<std::string, at::Tensor>, bool> checkpoint_weights(const ckpt::Checkpoint& cp, const fs::path& path,
                                                                       const PredictArgs& a) {
@@ -128,6 +152,7 @@ int run_predict(const PredictArgs& a) {
   // --- input rows, in batches ---
   const auto [x, input_name] = read_input(a.input);
   app::check_prediction_input(c, x, "--input " + input_name, " in the checkpoint's config");
+  const std::map<std::string, at::Tensor> extra = read_extra_inputs(a.input, c, x.size(0));
   PredictOptions options;
   options.samples = a.samples;
   options.seed = a.seed;
@@ -140,6 +165,7 @@ int run_predict(const PredictArgs& a) {
     data::Batch batch;
     batch.size = std::min(a.batch_size, rows - first);
     batch.tensors["x"] = x.slice(0, first, first + batch.size).to(p.device);
+    for (const auto& [name, t] : extra) batch.tensors[name] = t.slice(0, first, first + batch.size).to(p.device);
     options.first_index = first;
     outputs.push_back(built.task->predict(*built.module, batch, options).to(at::kCPU));
   }

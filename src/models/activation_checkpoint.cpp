@@ -252,9 +252,15 @@ std::vector<std::string> apply_checkpointing(torch::nn::Module& model, const std
     if (target) target->set_checkpointed({});
     return {};
   }
+  // A TorchScript model (models/scripted.h) runs as the interpreter's graph, which bellows cannot cut into blocks to
+  // run again in the backward pass.
+  const bool scripted = model.name() == "ScriptedModule";
   BELLOWS_CHECK_CONFIG(target != nullptr,
-                       fmt::format("checkpointing: model '{}' has no checkpointable blocks", model.name()),
-                       "remove the checkpointing key, or use a model with repeated blocks (transformer, resnet, gnn)");
+                       scripted ? std::string("checkpointing: a TorchScript model (model.name: torchscript) runs as one scripted "
+                                              "program that bellows cannot split into blocks to recompute")
+                                : fmt::format("checkpointing: model '{}' has no checkpointable blocks", model.name()),
+                       scripted ? "remove the checkpointing key; to save memory, use a smaller data.batch_size with train.accumulation_steps"
+                                : "remove the checkpointing key, or use a model with repeated blocks (transformer, resnet, gnn)");
   const auto names = select_blocks(patterns, target->checkpoint_blocks());
   target->set_checkpointed(names);
   return names;

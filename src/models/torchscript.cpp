@@ -116,9 +116,13 @@ void trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batc
   c10::IValue out;
   try {
     out = m.run("forward", o.inputs, one);
-  } catch (const c10::Error& e) {
+  } catch (const Error&) {
     m.train(true);
-    std::string what = e.what_without_backtrace();
+    throw;  // bellows' own (a missing batch tensor)
+  } catch (const std::exception& e) {  // c10::Error, or the interpreter's torch::jit::JITException
+    m.train(true);
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
     // The interpreter's message ends with the Python line that failed; keep it, drop the C++ traceback.
     BELLOWS_FAIL(ErrorKind::kConfig,
                  fmt::format("model.path {}: {} failed on the data's first sample ({}):\n{}", m.file().string(), m.signature("forward"),

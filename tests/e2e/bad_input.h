@@ -278,5 +278,6 @@ inline const std::string kResume =
 std::vector<BadInput> configuration_rows();  // exit 2: the key, the value, and where it was set
 std::vector<BadInput> data_rows();           // exit 3: each data format's corruptions
 std::vector<BadInput> run_rows();            // the data against the model, checkpoints, resources
+std::vector<BadInput> model_rows();          // a user's TorchScript model (model.name: torchscript)
 
 }  // namespace bellows::testing::bad_input

@@ -148,7 +148,7 @@ namespace {
 const std::vector<BadInput>& rows() {
   static const std::vector<BadInput> table = [] {
     std::vector<BadInput> all = configuration_rows();
-    for (auto part : {data_rows(), run_rows()}) all.insert(all.end(), part.begin(), part.end());
+    for (auto part : {data_rows(), run_rows(), model_rows()}) all.insert(all.end(), part.begin(), part.end());
     return all;
   }();
   return table;

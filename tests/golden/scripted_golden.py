@@ -2,7 +2,10 @@
 is scripted (or traced) and saved, its initial weights written as safetensors; then PyTorch trains the Python
 module and bellows trains the scripted file, from those weights, on the same batches in the same order, for
 --steps optimizer steps, and the per-step losses and the final weights must agree (fp32: 1e-5 relative;
-bf16-mixed: 1e-2). The last case trains on 2 processes (`bellows launch -n 2`, gloo) against 1 process.
+bf16-mixed: 1e-2). The case "ddp" trains on 2 processes (`bellows launch -n 2`, gloo) against 1 process; the case
+"resume" kills a scripted model's run with SIGKILL again and again and resumes it (tests/reliability/kill_soak.py),
+and its final weights and trainer state must equal an uninterrupted run's byte for byte (the model has dropout:
+the generator's state is part of what resumes).
 
     scripted_golden.py --bellows BUILD/bin/bellows --work DIR [--steps 20] [--case NAME ...] [-v]
 
@@ -256,16 +259,35 @@ def check_case(case, args):
     return True
 
 
+def soak(args):
+    """The encoder-mask case's files, then kill_soak.py on its config: --soak-kills SIGKILLs, resume=auto each time."""
+    folder = os.path.join(args.work, "encoder-mask")
+    if not os.path.exists(os.path.join(folder, "config.yaml")):
+        check_case("encoder-mask", args)
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, os.path.join(here, "..", "reliability", "kill_soak.py"), "--bellows", args.bellows,
+           "--kills", str(args.soak_kills), "--steps", "150", "--every", "10", "--max-delay", "1.0",
+           "--config", os.path.join(folder, "config.yaml"), "--set", "checkpoint.keep_last=3"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    summary = [line.strip() for line in done.stdout.splitlines() if "soak:" in line or "bitwise" in line]
+    print(f"resume: {'; '.join(summary)}")
+    if done.returncode != 0:
+        print(f"resume: FAILED (exit {done.returncode}): {' '.join(cmd)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}", file=sys.stderr)
+        return False
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bellows", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--case", action="append", choices=sorted([*CASES, "resume"]))
+    ap.add_argument("--soak-kills", type=int, default=4)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    failed = [c for c in (args.case or list(CASES)) if not check_case(c, args)]
+    failed = [c for c in (args.case or [*CASES, "resume"]) if not (soak(args) if c == "resume" else check_case(c, args))]
     if failed:
         print(f"scripted_golden: FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

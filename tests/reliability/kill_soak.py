@@ -4,7 +4,7 @@ weights of a job that was never interrupted.
 
     python3 tests/reliability/kill_soak.py --bellows build/bin/bellows --kills 50 --steps 20000
 
-1. A reference run trains the demo (fp32, one thread, deterministic) for --steps optimizer steps, uninterrupted.
+1. A reference run trains the demo (or --config with --set overrides; fp32, one thread, deterministic) for --steps optimizer steps, uninterrupted.
 2. The soak starts the same job with resume=auto and SIGKILLs it --kills times: half of the kills at a random
    moment of the process's life (start-up included), half as soon as the 1st to 3rd checkpoint write of that life
    has begun (a new .tmp-step directory appeared), so that many land inside a write. After every kill each checkpoint directory in the run
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 
-def job_args(bellows, out, steps, every):
-    return [str(bellows), "train", f"output_dir={out}", "name=soak", "precision=fp32", "threads=1", "deterministic=true",
+def job_args(bellows, out, steps, every, config=None, extra=()):
+    return [str(bellows), "train", *([str(config)] if config else []), *extra, f"output_dir={out}", "name=soak", "precision=fp32", "threads=1", "deterministic=true",
             "data.workers=0", f"train.max_steps={steps}", "train.epochs=1000", "train.log_every_n_steps=100",
             f"checkpoint.every_n_steps={every}", "checkpoint.every_n_minutes=0", "checkpoint.keep_last=2",
             "log.tensorboard=false", "log.flops=false"]
@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--max-delay", type=float, default=1.5, help="random kills: at most this many seconds after start")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--config", help="the job's config file (default: the embedded demo)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more overrides of the job (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -82,7 +84,7 @@ def main():
     t0 = time.time()
 
     # --- 1. the reference, uninterrupted ---
-    ref = subprocess.run(job_args(a.bellows, work / "reference", a.steps, a.every), capture_output=True, text=True, env=env)
+    ref = subprocess.run(job_args(a.bellows, work / "reference", a.steps, a.every, a.config, a.set), capture_output=True, text=True, env=env)
     if ref.returncode != 0:
         sys.exit(f"the reference run failed ({ref.returncode}): {ref.stderr[-2000:]}")
     reference = final_files(work / "reference" / "soak", a.steps)
@@ -91,7 +93,7 @@ def main():
     # --- 2. the soak: kill, verify, resume ---
     run_dir = work / "soaked" / "soak"
     ckpt_dir = run_dir / "checkpoints"
-    args = job_args(a.bellows, work / "soaked", a.steps, a.every) + ["resume=auto"]
+    args = job_args(a.bellows, work / "soaked", a.steps, a.every, a.config, a.set) + ["resume=auto"]
     # Random kills come within delay_cap of a start: together they cover at most half of the reference's time, so
     # the job cannot finish before its last kill on a faster machine either.
     delay_cap = min(a.max_delay, 0.5 * ref_s / max(1, (a.kills + 1) // 2))

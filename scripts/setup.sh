@@ -16,6 +16,9 @@ BELLOWS_TORCH_VERSION=2.13.0        # pinned: its CUDA (13.0) matches the toolki
 BELLOWS_CUDA_MAJOR=13
 BELLOWS_TORCH_SUPPORTED="2.11 2.12 2.13"  # the minor versions bellows builds against (guards in the code say where they differ)
 BELLOWS_PY_EXTRAS=(numpy==2.4.6 jsonschema==4.26.0 safetensors==0.8.0 tensorboard==2.21.0)   # golden generators, schema checks, event-file round trip
+# Optional test dependencies: installed where pip can, else the tests that use them say so and skip.
+# transformers: the nli-encoder example's Hugging Face variant (4.57 is the last line with torchscript=True tracing).
+BELLOWS_PY_OPTIONAL=(transformers==4.57.6)
 BELLOWS_APT_PACKAGES=(cmake ninja-build g++ gfortran ccache pkg-config python3-venv
   libyaml-cpp-dev libcli11-dev libgloo-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libnetcdf-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libssl-dev libsentencepiece-dev libcairo2-dev
@@ -96,7 +99,7 @@ verify_pinned_torch() {
 }
 
 # The verification result is remembered in a stamp file naming the pins, so later runs skip the slow import.
-stamp_text() { printf '%s\n' "torch==$BELLOWS_TORCH_VERSION" "cuda=$BELLOWS_CUDA_MAJOR" "${BELLOWS_PY_EXTRAS[@]}"; }
+stamp_text() { printf '%s\n' "torch==$BELLOWS_TORCH_VERSION" "cuda=$BELLOWS_CUDA_MAJOR" "${BELLOWS_PY_EXTRAS[@]}" "${BELLOWS_PY_OPTIONAL[@]}"; }
 
 install_pinned_torch() {
   export BELLOWS_VENV="$BELLOWS_CACHE/torch-$BELLOWS_TORCH_VERSION"
@@ -124,6 +127,11 @@ install_py_extras() {  # $1: pip
     "$1" show -q "${req%%==*}" >/dev/null 2>&1 || missing+=("$req")
   done
   [ ${#missing[@]} -eq 0 ] || "$1" install -q --progress-bar off --disable-pip-version-check "${missing[@]}"
+  for req in "${BELLOWS_PY_OPTIONAL[@]}"; do
+    "$1" show -q "${req%%==*}" >/dev/null 2>&1 ||
+      "$1" install -q --progress-bar off --disable-pip-version-check "$req" >/dev/null 2>&1 ||
+      say "note: $req could not be installed; the tests that use it skip"
+  done
 }
 
 # The Python of BELLOWS_TORCH imports torch; the tests' Python packages (numpy, jsonschema, safetensors,

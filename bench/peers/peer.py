@@ -1351,6 +1351,7 @@ def main(argv=None):
     ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     ap.add_argument("--data", required=True, help="the example's data file (or folder)")
     ap.add_argument("--write-init", metavar="FILE", help="save the seeded initial state_dict as safetensors and exit")
+    ap.add_argument("--write-script", metavar="FILE", help="W1/W3: save the model as TorchScript (script; W3: trace) and exit")
     ap.add_argument("--init", metavar="FILE", help="start from these weights (safetensors, strict)")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=0, help="untimed optimizer steps before the timed ones")
@@ -1385,6 +1386,16 @@ def main(argv=None):
     # --- the model, built right after seeding as bellows does (src/app/run.cpp: manual_seed, data, model) ---
     torch.manual_seed(seed)
     model = w.build(args.data)
+    if args.write_script:  # the same module for bellows' model.name: torchscript (bench/peers/run.py --scripted)
+        if args.workload == "W1":
+            scripted = torch.jit.script(model)
+        elif args.workload == "W3":  # not scriptable as written (its optional mask and tensor attribute): traced
+            scripted = torch.jit.trace(model, (torch.randn(2, 128, 16),), check_trace=False)
+        else:
+            sys.exit(f"--write-script: {args.workload} has no scripted form here (W1, W3)")
+        scripted.save(args.write_script)
+        print(f"{args.workload}: wrote {args.write_script}")
+        return 0
     if args.write_init:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.write_init)
         print(f"{args.workload}: wrote {len(model.state_dict())} tensors to {args.write_init}")

@@ -76,17 +76,41 @@ def data_for(workload, args):
     return os.path.join(folder, file)
 
 
-def bellows_trial(workload, precision, init, data, args, trial, bin_dir=None, tag=""):
+# --scripted: the workload's model as a user's TorchScript file (peer.py --write-script) under model.name:
+# torchscript, with the data, optimizer and schedule keys of the workload's config (examples/temporal/*.yaml).
+SCRIPTED_DATA = {
+    "W1": {"source": "csv", "csv": {"targets": ["y"]}},
+    "W3": {"source": "npy", "window": {"length": 128, "stride": 1, "horizon": 4, "target_columns": [0, 1, 2, 3]}},
+}
+
+
+def scripted_config(workload, args, jit_optimize):
+    """A config file (JSON, which is YAML) for the workload's scripted model; its path."""
+    w = peer.WORKLOADS[workload]
+    script = os.path.join(args.work, f"{workload}-model.pt")
+    if not os.path.exists(script):
+        run([args.python, os.path.join(HERE, "peer.py"), "--workload", workload, "--data", data_for(workload, args),
+             "--write-script", script], os.path.join(args.work, f"{workload}-script.log"))
+    config = {"name": f"{workload}-scripted", "seed": 0, "data": dict(SCRIPTED_DATA[workload]),
+              "model": {"name": "torchscript", "path": script, "task": w.kind, "jit_optimize": jit_optimize},
+              "optim": {"type": "adamw", "lr": w.lr, "weight_decay": w.weight_decay}}
+    path = os.path.join(args.work, f"{workload}-scripted{'-opt' if jit_optimize else ''}.yaml")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def bellows_trial(workload, precision, init, data, args, trial, bin_dir=None, tag="", config=None, extra=()):
     w = peer.WORKLOADS[workload]
     out = os.path.join(args.work, "runs")
     name = f"{workload}-{precision}{tag}-t{trial}"
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     batch = args.batch_size or w.batch_size
-    cmd = [os.path.join(bin_dir or args.bin, "bellows"), "train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}",
+    cmd = [os.path.join(bin_dir or args.bin, "bellows"), "train", config or os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}",
            f"data.path={data}", "data.shuffle=false", "data.val_fraction=0", f"data.batch_size={batch}",
            f"train.max_steps={args.warmup + args.steps}", "train.epochs=1000", f"train.log_every_n_steps={args.warmup}",
            "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={args.threads}", f"precision={precision}",
-           "schedule.type=constant", "schedule.warmup_steps=0", f"init_weights={init}", *w.bellows_overrides]
+           "schedule.type=constant", "schedule.warmup_steps=0", f"init_weights={init}", *(w.bellows_overrides if not config else []), *extra]
     wall = run(cmd, os.path.join(args.work, f"{name}.log"))
     records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]
     train = {r["step"]: r for r in records if r.get("type") == "train"}
@@ -158,6 +182,14 @@ def bench(workload, precision, args, peaks):
         systems["before"] = lambda t: bellows_trial(workload, precision, init, data, args, t, args.baseline_bin, "-before")
     if workload in BARE:
         systems["bare"] = lambda t: bare_trial(workload, precision, init, data, args, t)
+    if args.scripted and workload in SCRIPTED_DATA:
+        for opt in (False, True):
+            cfg = scripted_config(workload, args, opt)
+            label = "scripted-opt" if opt else "scripted"
+            systems[label] = (lambda c, lab: lambda t: bellows_trial(workload, precision, init, data, args, t, tag="-" + lab, config=c))(cfg, label)
+        if workload == "W3":  # the built-in model with ATen's dropout draws, as the scripted model (and PyTorch) make them
+            systems["torch-masks"] = lambda t: bellows_trial(workload, precision, init, data, args, t, tag="-torch-masks",
+                                                             extra=["dropout_masks=torch"])
     order = list(systems)
     results = {s: [] for s in order}
     for trial in range(args.trials):
@@ -179,6 +211,17 @@ def bench(workload, precision, args, peaks):
         row["compile_s"] = statistics.median(t["first_step_s"] - eager_step_s for t in results["compile"])
     if "before" in results:
         row["bellows_over_before"] = b / row["systems"]["before"]["samples_per_s"]["median"]
+    for label in ("scripted", "scripted-opt"):
+        if label in results:
+            row[f"{label}_over_bellows"] = row["systems"][label]["samples_per_s"]["median"] / b
+            row[f"{label}_over_eager"] = row["systems"][label]["samples_per_s"]["median"] / row["systems"]["eager"]["samples_per_s"]["median"]
+            # Its last logged loss (the mean over the last logging window, as bellows logs it) against the built-in
+            # model's: the same weights and batches. With dropout (W3) the draws differ: the built-in model draws
+            # its own masks (torch-masks: ATen's), and the peer consumed the generator for its initialisation,
+            # which a scripted model loaded from a file does not.
+            reference = results["torch-masks"] if "torch-masks" in results else results["bellows"]
+            row[f"{label}_loss_difference"] = max(abs(s["loss"] - t["loss"]) / max(abs(t["loss"]), 1e-30)
+                                                  for s, t in zip(results[label], reference))
     if "bare" in results:
         row["machinery_cost"] = row["systems"]["bare"]["samples_per_s"]["median"] / b - 1
     flops = results["eager"][0]["flops_per_sample"]
@@ -211,6 +254,22 @@ def table(rows):
             f"{('%+.1f%%' % (100 * r['machinery_cost'])) if 'machinery_cost' in r else '-'} | "
             f"{('%.0f%%' % (100 * r['bellows_mfu'])) if 'bellows_mfu' in r else '-'} | "
             f"{('%.1f' % r['compile_s']) if 'compile_s' in r else '-'} | {outside} |")
+    scripted = [r for r in rows if "scripted" in r["systems"]]
+    if scripted:
+        head = ("| workload | precision | built-in | built-in, dropout_masks=torch | scripted | scripted, jit_optimize | eager "
+                "| torch.compile | scripted/built-in | scripted/built-in with torch masks | scripted/eager | jit_optimize/off "
+                "| last logged loss vs built-in (relative): scripted / jit_optimize |")
+        lines += ["", head, "|" + "---|" * (head.count("|") - 1)]
+        for r in scripted:
+            opt = r["systems"].get("scripted-opt")
+            lines.append(
+                f"| {r['workload']} {r['name']} | {r['precision']} | {fmt_system(r, 'bellows')} | {fmt_system(r, 'torch-masks')} | "
+                f"{fmt_system(r, 'scripted')} | {fmt_system(r, 'scripted-opt')} | {fmt_system(r, 'eager')} | {fmt_system(r, 'compile')} | "
+                f"{r['scripted_over_bellows']:.3f}x | "
+                f"{(r['systems']['scripted']['samples_per_s']['median'] / r['systems']['torch-masks']['samples_per_s']['median']) if 'torch-masks' in r['systems'] else float('nan'):.3f}x | "
+                f"{r['scripted_over_eager']:.3f}x | "
+                f"{(r['scripted-opt_over_bellows'] / r['scripted_over_bellows']) if opt else float('nan'):.3f}x | "
+                f"{r['scripted_loss_difference']:.1e} / {r.get('scripted-opt_loss_difference', float('nan')):.1e} |")
     return "\n".join(lines) + "\n"
 
 
@@ -226,6 +285,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="the examples' small data (a smoke run, not a measurement)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--scripted", action="store_true",
+                    help="W1/W3: also time the model as a user's TorchScript file (model.name: torchscript), with the graph "
+                         "executor's optimisation off (scripted) and on (scripted-opt)")
     ap.add_argument("--baseline-bin", help="also time the bellows CLI in this folder (an earlier build) as 'before'")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "peers"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))

@@ -5,6 +5,8 @@
 #   1. sim_f steps 1-192 (sessions on a background thread every 48 steps; the last one synchronously; a checkpoint),
 #   2. sim_f steps 193-384 as a second program run, restarted from that checkpoint,
 #   3. sim_c (the pkg-config build) steps 1-384 in one run, restarting inside the process half-way,
+#   4. the variant whose diffusion model is the user's own TorchScript file (config-scripted.yaml, scripted_ddpm.py):
+#      sim_f steps 1-384 and sim_c steps 1-384, the same programs and calls,
 # and checks that the model's error falls as it trains and ends below the bilinear interpolation's.
 #   run.sh [--quick]   --quick: 4 epochs per session instead of 6
 source "$(dirname "$0")/../common.sh" "$@"; [ -z "$quick" ] || shift
@@ -32,14 +34,15 @@ else
 fi
 "$WORK/sim_c_pkgconfig" "$here/config.yaml" "$runs/c" 384 "${settings[@]}" | tee "$WORK/c.txt"
 
-"$python" - "$WORK/fortran.txt" "$WORK/c.txt" <<'PY'
+check_rmse() {
+"$python" - "$@" <<'PY'
 import sys
 failed = False
 for path in sys.argv[1:]:
     evals = [line.split() for line in open(path) if line.startswith("eval ")]
     if not evals:
         continue
-    name = "Fortran (two runs)" if "fortran" in path else "C"
+    name = ("Fortran (two runs)" if "fortran.txt" in path else "Fortran" if "fortran" in path else "C") + (", your own model" if "scripted" in path else "")
     rmse = [float(e[6]) for e in evals]
     baseline = float(evals[-1][8])
     print(f"icon-coupled {name}: model RMSE by session {' '.join(f'{r:.4f}' for r in rmse)}; "
@@ -52,4 +55,18 @@ for path in sys.argv[1:]:
         failed = True
 sys.exit(1 if failed else 0)
 PY
+}
+check_rmse "$WORK/fortran.txt" "$WORK/c.txt"
+
+# 4. The variant with a user's model (config-scripted.yaml): scripted_ddpm.py writes a conditional diffusion model
+#    in plain PyTorch as TorchScript; the same programs train it through the same calls (model.name: torchscript).
+"$python" "$here/scripted_ddpm.py" "$WORK/ddpm.pt"
+scripted=(model.path="$WORK/ddpm.pt" "${settings[@]}")
+if [ -x "$WORK/build/sim_f" ]; then
+  "$WORK/build/sim_f" "$here/config-scripted.yaml" "$runs/fortran-scripted" 1 384 "${scripted[@]}" | tee "$WORK/fortran-scripted.txt"
+else
+  : > "$WORK/fortran-scripted.txt"
+fi
+"$WORK/sim_c_pkgconfig" "$here/config-scripted.yaml" "$runs/c-scripted" 384 "${scripted[@]}" | tee "$WORK/c-scripted.txt"
+check_rmse "$WORK/fortran-scripted.txt" "$WORK/c-scripted.txt"
 echo "icon-coupled: OK"

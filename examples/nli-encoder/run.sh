@@ -54,3 +54,37 @@ if len(accuracies) != 5 or cv["monitor"] != "accuracy" or not cv["mean"] > chanc
     sys.exit(f"nli-encoder: FAILED: expected 5 folds with mean accuracy above {chance + margin:.3f} (chance + {margin})")
 print(f"nli-encoder: OK (mean accuracy above chance + {margin})")
 PY
+
+# The variant with a Hugging Face encoder (config-hf.yaml): a BERT-style classifier from `transformers`, traced
+# with torchscript=True (hf_encoder.py: random weights from a fixed seed, nothing downloaded), fine-tuned whole by
+# bellows on train.tsv with the vocabulary above; then its trained weights go back into the `transformers` class,
+# whose class probabilities on probe pairs must equal bellows predict's. Skipped, and said, without transformers.
+hf="$runs/hf"
+set +e
+"$python" "$here/hf_encoder.py" prepare "$hf"
+status=$?
+set -e
+if [ "$status" = 3 ]; then
+  echo "nli-encoder: the Hugging Face variant is skipped: the Python of the tests ($python) has no transformers"
+  exit 0
+fi
+[ "$status" = 0 ] || exit "$status"
+hf_schedule=(train.epochs=6)
+[ -n "$quick" ] && hf_schedule=(train.epochs=4 threads=1)
+"$BELLOWS_BIN/bellows" train "$here/config-hf.yaml" output_dir="$runs" model.path="$hf/hf.pt" \
+  data.path="$data/train.tsv" data.text.tokenizer="$runs/spm.model" "${hf_schedule[@]}"
+"$BELLOWS_BIN/bellows" predict "$runs/nli-hf" --input "$hf/probe.npz" --output "$hf/probe-predictions.npy"
+compared="$("$python" "$here/hf_encoder.py" compare "$hf" "$(ls -d "$runs/nli-hf/checkpoints/step-"* | tail -n 1)/model.safetensors" \
+  "$hf/probe-predictions.npy")"
+"$python" - "$runs/nli-hf/metrics.jsonl" "$compared" "$margin" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+compared, margin = json.loads(sys.argv[2]), float(sys.argv[3])
+accuracy = [r for r in records if r.get("type") == "eval"][-1]["accuracy"]
+print(f"nli-encoder (Hugging Face BERT, traced): validation accuracy {accuracy:.3f}; weights back in transformers' class "
+      f"({compared['tensors']} tensors; TorchScript-only buffers {compared['unexpected']}): class probabilities differ from "
+      f"bellows predict's by at most {compared['max_abs_diff']:.2g}")
+if not (accuracy > 1 / 3 + margin / 2 and compared["max_abs_diff"] < 1e-5):
+    sys.exit(f"nli-encoder: FAILED: expected validation accuracy above {1 / 3 + margin / 2:.3f} and probabilities within 1e-5")
+print("nli-encoder: Hugging Face variant OK")
+PY

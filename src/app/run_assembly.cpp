@@ -255,6 +255,7 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   // --- model, its weights ---
   const models::ModelContext context = o.online ? model_context_without_data(c) : model_context(a.loaders->splits);
   a.model = build_model(c, context, &notes);
+  for (const auto& row : a.model.plan_rows) a.plan.entries.push_back({row.key, row.value, row.reason});  // what the model chose
   if (const auto& entry = models::find_model(config::get_string(c, "model.name")); entry.forward_flops && config::get_bool(c, "log.flops") && !o.online) {
     if (const std::optional<double> f = entry.forward_flops(c, context)) {
       notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "

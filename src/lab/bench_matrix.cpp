@@ -27,6 +27,7 @@ namespace matrix_impl {  // named, not anonymous: the unity build compiles this 
 std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareInfo& hw) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
   const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
+  const bool convolutional = models::is_convolutional(model, c);
   const bool cpu = p.device.is_cpu();
   std::vector<MatrixRow> rows;
   auto row = [&](std::string id, std::string label, std::vector<std::string> overrides, std::string expected, std::string skipped = "") {
@@ -78,7 +79,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
   }
   // Memory format.
   const bool cl = config::get_bool(c, "channels_last");
-  if (model.convolutional) row("channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
+  if (convolutional) row("channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
   else row("channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no convolutions", model.name));
   // The optimizer's kernels.
   const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
@@ -107,7 +108,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
     row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", "not applicable: CUDA only");
     row("cuda_graphs", "CUDA graphs", {}, "CUDA graphs: less launch overhead", "not applicable: CUDA only");
   } else {
-    if (model.convolutional) {
+    if (convolutional) {
       row("cudnn_benchmark", fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark), {fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark)},
           "cuDNN benchmark: 10-30% (convolutions)");
     } else {

@@ -175,6 +175,7 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   auto allowed = [&](const std::string& what) { return std::find(allow.begin(), allow.end(), what) != allow.end(); };
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
   const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
+  const bool convolutional = models::is_convolutional(model, c);
 
   // precision
   if (!allowed("precision")) {
@@ -208,7 +209,7 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   }
   add_loader_dimension(space, c, p, hw);
   // channels_last, cuDNN's algorithm search: convolutional models
-  if (!model.convolutional) {
+  if (!convolutional) {
     space.notes.push_back(fmt::format("channels_last: not searched (model {} has no convolutions)", model.name));
   } else if (app::on_command_line(c, "channels_last")) {
     space.notes.push_back("channels_last: not searched (set on the command line)");
@@ -216,7 +217,7 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
     const bool cl = config::get_bool(c, "channels_last");
     space.dimensions.push_back({"channels_last", {{fmt::format("channels_last={} (configured)", cl), {}}, {fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}}}, false});
   }
-  if (!p.device.is_cpu() && model.convolutional && !app::on_command_line(c, "cudnn_benchmark")) {
+  if (!p.device.is_cpu() && convolutional && !app::on_command_line(c, "cudnn_benchmark")) {
     const bool on = p.cudnn_benchmark;
     space.dimensions.push_back({"cudnn_benchmark", {{fmt::format("cudnn_benchmark={} (configured)", on), {}}, {fmt::format("cudnn_benchmark={}", !on), {fmt::format("cudnn_benchmark={}", !on)}}}, false});
   }

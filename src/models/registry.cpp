@@ -13,4 +13,8 @@ void register_model(ModelEntry entry) { models().add(std::move(entry)); }
 std::vector<ModelEntry> registry() { return models().all(); }
 const ModelEntry& find_model(const std::string& name) { return models().find(name); }
 
+bool is_convolutional(const ModelEntry& entry, const config::Config& config) {
+  return entry.has_convolutions ? entry.has_convolutions(config) : entry.convolutional;
+}
+
 }  // namespace bellows::models

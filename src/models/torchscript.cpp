@@ -1,10 +1,15 @@
 // model.name: torchscript -- a user's own PyTorch model saved as TorchScript (models/scripted.h), trained with
 // bellows' task (regression, classification on a chosen output) or with the loss the module computes itself.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <array>
 
 #include "bellows/config/schema.h"
 #include "bellows/data/dataset.h"
@@ -82,6 +87,15 @@ class ScriptedTask final : public Task {
     if (!o_.module_loss) inner_ = o_.classification ? make_classification_task(forward) : make_regression_task(forward);
   }
   StepOutput step(torch::nn::Module& model, const data::Batch& batch) override {
+    // TorchScript's optimised graphs do not run under the caller's autocast: with model.jit_optimize a bf16-mixed
+    // run would compute in float32 without a word (tests/unit/models/scripted_test.cpp saw an mm stay float32).
+    if (o_.jit_optimize && !batch.tensors.empty()) {
+      const c10::DeviceType device = batch.tensors.begin()->second.device().type();
+      BELLOWS_CHECK_CONFIG(!at::autocast::is_autocast_enabled(device),
+                           "model.jit_optimize is true under a mixed precision: TorchScript's optimised graphs run outside "
+                           "autocast, so the model would compute in float32",
+                           "set model.jit_optimize: false (the default), or precision: fp32");
+    }
     if (inner_) return inner_->step(model, batch);
     ScriptedModule& m = scripted(model);
     return module_loss(m.run("forward", o_.inputs, batch), o_, m.file().string());
@@ -89,18 +103,44 @@ class ScriptedTask final : public Task {
   std::string monitor() const override { return inner_ ? inner_->monitor() : "loss"; }
   bool lower_is_better() const override { return inner_ ? inner_->lower_is_better() : true; }
   // The forward output (model.output) or the method model.predict_method, on the predict inputs; keyword inputs
-  // whose tensors a prediction lacks (labels) are left out. Classification: probabilities.
+  // whose tensors a prediction lacks (labels) are left out. Classification: probabilities. A predict_method may
+  // draw (a sampler): the default generator is seeded from the seed and the batch's first row for each of the
+  // `samples` draws, stacked as [rows, samples, ...] when there are several (what ddpm's predict gives). The draws
+  // then depend on how the rows are batched, which the built-in ddpm's per-row streams do not.
   at::Tensor predict(torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options) override {
-    BELLOWS_CHECK_USAGE(options.samples == 1, fmt::format("{} samples asked of a scripted model", options.samples),
-                        "a scripted model predicts once per input; a generative one draws through model.predict_method (leave --samples out)");
+    const std::string method = o_.predict_method.empty() ? "forward" : o_.predict_method;
+    BELLOWS_CHECK_USAGE(options.samples == 1 || method != "forward",
+                        fmt::format("{} samples asked of a scripted model that predicts with forward", options.samples),
+                        "several draws per input come from a sampling method (model.predict_method); leave the samples out");
     torch::NoGradGuard no_grad;
     ScriptedModule& m = scripted(model);
-    const std::string method = o_.predict_method.empty() ? "forward" : o_.predict_method;
-    if (method != "forward") at::manual_seed(options.seed + static_cast<std::uint64_t>(options.first_index));
-    at::Tensor out = select_output(m.run(method, o_.predict_inputs, batch, /*skip_absent=*/true), o_.output, "model.output").to(at::kFloat);
-    return !o_.module_loss && o_.classification ? out.softmax(-1) : out;
+    // The draws' seeding must not move the training's random streams (online training predicts between sessions).
+    std::vector<std::pair<at::Generator, at::Tensor>> saved;
+    if (method != "forward") {
+      std::vector<at::Generator> generators{at::detail::getDefaultCPUGenerator()};
+      for (const auto& [name, t] : batch.tensors) {
+        if (t.defined() && !t.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(t.device()));
+        break;
+      }
+      for (auto& g : generators) saved.emplace_back(g, g.get_state());
+    }
+    struct Restore {
+      std::vector<std::pair<at::Generator, at::Tensor>>& saved;
+      ~Restore() {
+        for (auto& [g, state] : saved) g.set_state(state);
+      }
+    } restore{saved};
+    std::vector<at::Tensor> draws;
+    for (std::int64_t s = 0; s < options.samples; ++s) {
+      if (method != "forward") {
+        at::manual_seed(options.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(options.first_index) * 1000003ULL +
+                        static_cast<std::uint64_t>(s));
+      }
+      at::Tensor out = select_output(m.run(method, o_.predict_inputs, batch, /*skip_absent=*/true), o_.output, "model.output").to(at::kFloat);
+      draws.push_back(!o_.module_loss && o_.classification ? out.softmax(-1) : out);
+    }
+    return options.samples == 1 ? draws.front() : at::stack(draws, 1);
   }
-
  private:
   static ScriptedModule& scripted(torch::nn::Module& m) { return static_cast<ScriptedModule&>(m); }
   ScriptedOptions o_;
@@ -141,6 +181,14 @@ void trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batc
   }
 }
 
+// The plan table's row for model.jit_optimize: off runs the module's ops one at a time through the interpreter,
+// as eager PyTorch runs them (the golden tests' bitwise agreement); on adds the profiling executor's passes.
+// Chosen by measurement (bench/peers/run.py --scripted, docs/benchmarks.md).
+constexpr std::array<const char*, 2> kJitOptimizeReason = {
+    "default: the interpreter runs the ops one by one as eager PyTorch does; the graph executor's optimisation "
+    "measured within the trials' spread on the CPU (W1 1.05x, W3 1.03x; docs/benchmarks.md)",
+    "requested: the profiling graph executor (autodiff subgraphs, fusion where LibTorch has a fuser)"};
+
 void add_keys(config::Schema& s) {
   using config::Type;
   auto node = [](auto v) { return YAML::Node(v); };
@@ -165,6 +213,17 @@ ModelEntry torchscript_entry() {
   e.name = "torchscript";
   e.help = "your own PyTorch model, saved with torch.jit.script/trace; task: regression, classification, or the module's loss";
   e.add_keys = add_keys;
+  // Convolutions: a 4-D parameter (Conv2d weights); channels_last and cuDNN's search are then worth trying.
+  e.has_convolutions = [](const config::Config& c) {
+    try {
+      const torch::jit::Module m = torch::jit::load(config::get_string(c, "model.path"), c10::Device(c10::kCPU));
+      for (const auto& p : m.named_parameters()) {
+        if (p.value.dim() == 4) return true;
+      }
+    } catch (const std::exception&) {  // the run itself says what is wrong with the file
+    }
+    return false;
+  };
   e.check_data = [](const config::Config& c, const data::Dataset& train) {
     if (train.size() == 0) return;
     const ScriptedOptions o = read_options(c);
@@ -181,6 +240,12 @@ ModelEntry torchscript_entry() {
       BELLOWS_CHECK_CONFIG(one.tensors.count("y") > 0, fmt::format("model.task {} needs targets 'y', {} has none", c.origin("model.task").str(), train.name()),
                            "give the data targets, or use model.loss: module");
     }
+    // One forward on the first sample, with a module of its own: here, before the model exists (`bellows train`),
+    // and on an online trainer's first pushed samples (the C API's and Fortran's bad pushes fail here, as the
+    // built-in models' width checks make them). The file is read a second time for it.
+    ScriptedModule m(o.path);
+    m.check_inputs("forward", o.inputs, "model.inputs");
+    trial_forward(m, o, one);
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
     const ScriptedOptions o = read_options(c);
@@ -193,8 +258,9 @@ ModelEntry torchscript_entry() {
                            "export it with @torch.jit.export, or leave model.predict_method empty (forward predicts)");
     }
     module->check_inputs(o.predict_method.empty() ? "forward" : o.predict_method, o.predict_inputs, "model.predict_inputs");
-    if (context.train && context.train->size() > 0) trial_forward(*module, o, data::first_sample(*context.train));
-    return BuiltModel{module, std::make_shared<ScriptedTask>(o)};
+    BuiltModel built{module, std::make_shared<ScriptedTask>(o)};
+    built.plan_rows.push_back({"jit_optimize", o.jit_optimize ? "true" : "false", kJitOptimizeReason[o.jit_optimize ? 1 : 0]});
+    return built;
   };
   return e;
 }

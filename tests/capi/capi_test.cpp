@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -307,6 +308,57 @@ TEST_F(CApi, CheckpointsAreReadByTheCliAndContinuedByBellowsTrain) {
   bellows_metrics m{};
   ASSERT_EQ(bellows_metrics_get(t_, &m), BELLOWS_OK);
   EXPECT_EQ(m.step, 8);
+}
+
+// A user's TorchScript model (model.name: torchscript) through the same calls: the diffusion model of
+// examples/icon-coupled/scripted_ddpm.py, small, trained online from pushed blocks, sampled by its own `sample`
+// method (three draws per row), its checkpoint in the Python state_dict's names.
+TEST(CApiScripted, AUsersModelTrainsOnlineAndPredictsThroughItsSampler) {
+  const auto dir = scratch_dir("capi_scripted");
+  const char* python = std::getenv("BELLOWS_PYTHON");
+  const std::string make = std::string("'") + (python ? python : "python3") + "' '" + BELLOWS_SOURCE_DIR +
+                           "/examples/icon-coupled/scripted_ddpm.py' '" + (dir / "ddpm.pt").string() +
+                           "' --context 3 --fine 8 --hidden 16 --steps 10 >'" + (dir / "log").string() + "' 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  std::string yaml = config_text(dir / "runs");
+  yaml.replace(yaml.find("model: {name: ddpm"), yaml.find('\n', yaml.find("model: {name: ddpm")) - yaml.find("model: {name: ddpm"),
+               "model: {name: torchscript, path: " + (dir / "ddpm.pt").string() +
+                   ", inputs: [x, y], loss: module, predict_method: sample, predict_inputs: [x]}");
+  bellows_trainer* t = nullptr;
+  ASSERT_EQ(bellows_create_from_string(yaml.c_str(), nullptr, 0, &t), BELLOWS_OK) << bellows_last_error();
+  Block block(64);
+  ASSERT_EQ(block.push(t), BELLOWS_OK) << bellows_last_error();
+  ASSERT_EQ(bellows_train(t, 0), BELLOWS_OK) << bellows_last_error();
+  bellows_metrics m{};
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.step, 4);  // 2 epochs of 64 samples in batches of 32
+  EXPECT_TRUE(std::isfinite(m.loss));
+
+  float context[2 * 3] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  std::vector<float> draws(2 * 3 * 8), again(2 * 3 * 8);
+  bellows_tensor input = tensor(nullptr, context, {2, 3}), output = tensor(nullptr, draws.data(), {});
+  bellows_predict_options o;
+  bellows_predict_options_init(&o);
+  o.samples = 3;
+  o.seed = 5;
+  ASSERT_EQ(bellows_predict(t, &input, &output, static_cast<int64_t>(draws.size()), &o), BELLOWS_OK) << bellows_last_error();
+  EXPECT_EQ(output.ndim, 3);
+  EXPECT_EQ(output.shape[0], 2);
+  EXPECT_EQ(output.shape[1], 3);
+  EXPECT_EQ(output.shape[2], 8);
+  for (float v : draws) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_NE(draws[0], draws[8]);  // the draws differ
+  bellows_tensor output2 = tensor(nullptr, again.data(), {});
+  ASSERT_EQ(bellows_predict(t, &input, &output2, static_cast<int64_t>(again.size()), &o), BELLOWS_OK) << bellows_last_error();
+  EXPECT_EQ(draws, again);  // the same seed, the same draws
+
+  char path[4096];
+  ASSERT_EQ(bellows_save(t, path, sizeof path), BELLOWS_OK) << bellows_last_error();
+  const auto inspect = run_cli(std::string("ckpt inspect '") + path + "'");
+  EXPECT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("context.0.weight"), std::string::npos) << inspect.out;  // the Python names
+  EXPECT_NE(inspect.out.find("blocks.1.fc2.bias"), std::string::npos) << inspect.out;
+  EXPECT_EQ(bellows_destroy(t), BELLOWS_OK);
 }
 
 }  // namespace

@@ -82,6 +82,8 @@ std::vector<BadInput> model_rows() {
        {"model.path {dir}/m/double.pt: parameter net.0.weight is Double, expected float32", "model.float()"}},
       {"ScriptedPredictMethodMissing", with_models, kScripted + " model.path='{dir}/m/good.pt' model.predict_method=sample", 2,
        {"model.predict_method is 'sample', but {dir}/m/good.pt has no such method", "@torch.jit.export"}},
+      {"ScriptedJitOptimizeUnderAutocast", with_models, kScripted + " model.path='{dir}/m/good.pt' model.jit_optimize=true precision=bf16-mixed", 2,
+       {"model.jit_optimize is true under a mixed precision: TorchScript's optimised graphs run outside autocast"}},
       {"ScriptedActivationCheckpointing", with_models, kScripted + " model.path='{dir}/m/good.pt' checkpointing=all", 2,
        {"checkpointing: a TorchScript model (model.name: torchscript) runs as one scripted program that bellows cannot split"}},
       {"ScriptedInitWeightsNames", with_models, kScripted + " model.path='{dir}/m/good.pt' init_weights='{dir}/m/other_names.safetensors'", 3,

@@ -77,19 +77,35 @@ std::pair<at::Tensor, std::string> read_input(const std::string& spec) {
   return {x, name};
 }
 
-// A model's other inputs (a TorchScript model's feature arrays): with --input FILE.npz, the arrays of that file
-// which the run's data.npy.extra named, as batch tensors by those names; each must have the rows of x.
+// A model's other inputs (a TorchScript model's): with --input FILE.npz, the arrays of that file named by the run's
+// data.npy.extra (each required), and those named like a batch tensor the model's inputs take (model.predict_inputs,
+// else model.inputs: a text model's mask and segments; taken when the file has them), as batch tensors by those
+// names; each must have the rows of x.
 std::map<std::string, at::Tensor> read_extra_inputs(const std::string& spec, const config::Config& c, std::int64_t rows) {
   std::map<std::string, at::Tensor> out;
   const fs::path file(spec);
-  if (file.extension() != ".npz" || !c.has("data.npy.extra")) return out;
+  if (file.extension() != ".npz") return out;
   const auto names = data::list_npz(file);
+  const auto in_file = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  std::vector<std::string> wanted;
+  if (c.has("data.npy.extra")) {
+    for (const std::string& name : config::get_string_list(c, "data.npy.extra")) {
+      BELLOWS_CHECK_DATA(in_file(name), fmt::format("--input {} has no array '{}', which the model was trained with (data.npy.extra)", spec, name),
+                         fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
+      wanted.push_back(name);
+    }
+  }
+  for (const char* key : {"model.predict_inputs", "model.inputs"}) {
+    if (!c.has(key) || config::get_string_list(c, key).empty()) continue;
+    for (const std::string& item : config::get_string_list(c, key)) {
+      const std::string tensor = item.substr(item.find('=') == std::string::npos ? 0 : item.find('=') + 1);
+      if (tensor != "x" && in_file(tensor) && std::find(wanted.begin(), wanted.end(), tensor) == wanted.end()) wanted.push_back(tensor);
+    }
+    break;  // predict_inputs, when set, replaces inputs
+  }
   data::NpyReadOptions read;
   read.mmap = false;
-  for (const std::string& name : config::get_string_list(c, "data.npy.extra")) {
-    BELLOWS_CHECK_DATA(std::find(names.begin(), names.end(), name) != names.end(),
-                       fmt::format("--input {} has no array '{}', which the model was trained with (data.npy.extra)", spec, name),
-                       fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
+  for (const std::string& name : wanted) {
     at::Tensor t = data::read_npz_array(file, name, read);
     BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) == rows,
                        fmt::format("--input {}:{} has shape {}, expected {} rows as x", spec, name, shape_of(t), rows),

@@ -38,10 +38,16 @@ struct WeightImport {
   std::string strict_key;      // the config key that relaxes `strict`, named in the error's hint
 };
 
+// A row a model adds to the run's plan table: a setting it chose and why (a TorchScript model's graph executor).
+struct ModelPlanRow {
+  std::string key, value, reason;
+};
+
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<Task> task;
   std::vector<WeightImport> imports = {};  // loaded by app/ right after building
+  std::vector<ModelPlanRow> plan_rows = {};
 };
 
 struct ModelEntry {
@@ -60,7 +66,13 @@ struct ModelEntry {
   // 4-D activations (convolutions): channels_last and cuDNN's algorithm search apply; the autotuner and the
   // optimization matrix try them for such models only.
   bool convolutional = false;
+  // Optional: whether the configured model has convolutions, where its keys decide it rather than its name (a
+  // user's TorchScript file); `convolutional` otherwise. Read through is_convolutional().
+  std::function<bool(const config::Config&)> has_convolutions;
 };
+
+// entry.has_convolutions(config) where the entry has it, else entry.convolutional.
+bool is_convolutional(const ModelEntry& entry, const config::Config& config);
 
 // Every registered model, sorted by name.
 std::vector<ModelEntry> registry();

@@ -1,0 +1,140 @@
+// The TorchScript bridge (models/scripted.h): the mirrored module tree shares the scripted module's tensors under
+// the Python names, train()/eval() reach the scripted code, autocast covers the interpreter's operators, and the
+// input/output plumbing checks what the config says against the scripted schema. The modules are built in C++
+// (torch::jit::Module::define), saved and loaded back as a user's file would be.
+#include "bellows/models/scripted.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <filesystem>
+
+#include "bellows/precision/autocast.h"
+#include "bellows/util/error.h"
+
+namespace bellows::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A two-level module: "enc" (a Linear's weight and bias, a buffer) and a head weight; forward(x, scale=1.0),
+// forward's training flag visible through `mode()`, and a loss method for autocast's fp32 list.
+fs::path write_module(const std::string& name) {
+  torch::jit::Module enc("Enc");
+  enc.register_attribute("training", c10::BoolType::get(), true);  // what every module saved from Python has
+  enc.register_parameter("weight", at::randn({8, 4}).requires_grad_(), false);
+  enc.register_parameter("bias", at::zeros({8}).requires_grad_(), false);
+  enc.register_buffer("running", at::ones({8}));
+  enc.define(R"JIT(
+def forward(self, x):
+    return torch.relu(torch.mm(x, self.weight.t()) + self.bias) * self.running
+)JIT");
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_module("enc", enc);
+  m.register_parameter("head", at::randn({2, 8}).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, x, scale: float = 1.0):
+    return torch.mm(self.enc.forward(x), self.head.t()) * scale
+
+def mode(self) -> bool:
+    return self.training
+
+def pair(self, x):
+    return torch.mm(x, self.enc.weight.t()), {"loss": torch.mse_loss(x, x * 2.0)}
+)JIT");
+  const fs::path path = fs::path(::testing::TempDir()) / (name + ".pt");
+  m.save(path.string());
+  return path;
+}
+
+TEST(Scripted, ParametersAndBuffersKeepThePythonNamesAndAreTheSameTensors) {
+  ScriptedModule m(write_module("names"));
+  std::vector<std::string> names;
+  for (const auto& p : m.named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"head", "enc.weight", "enc.bias"}));
+  EXPECT_EQ(m.named_buffers().size(), 1u);
+  EXPECT_TRUE(m.named_buffers().contains("enc.running"));
+  // The same TensorImpl: what the engine does through set_data (to(device), channels_last) and in place (the
+  // optimizer) is what the scripted code computes with.
+  const at::Tensor w = m.named_parameters()["enc.weight"];
+  EXPECT_EQ(w.unsafeGetTensorImpl(), m.scripted().attr("enc").toModule().attr("weight").toTensor().unsafeGetTensorImpl());
+  {
+    at::NoGradGuard no_grad;
+    w.zero_();
+  }
+  data::Batch b;
+  b.tensors["x"] = at::randn({3, 4});
+  const at::Tensor out = m.run("forward", {{"", "x"}}, b).toTensor();
+  EXPECT_TRUE(out.eq(0).all().item<bool>());  // relu(0 + 0) * ... = 0
+  EXPECT_TRUE(m.named_parameters()["head"].requires_grad());
+}
+
+TEST(Scripted, TrainAndEvalReachTheScriptedModule) {
+  ScriptedModule m(write_module("mode"));
+  data::Batch none;
+  EXPECT_TRUE(m.run("mode", {}, none).toBool());
+  m.eval();
+  EXPECT_FALSE(m.run("mode", {}, none).toBool());
+  EXPECT_FALSE(m.scripted().attr("enc").toModule().is_training());
+  m.train();
+  EXPECT_TRUE(m.run("mode", {}, none).toBool());
+}
+
+TEST(Scripted, AutocastCoversTheInterpretersOperators) {
+  torch::jit::GraphOptimizerEnabledGuard optimize(false);  // model.jit_optimize's default
+  ScriptedModule m(write_module("autocast"));
+  data::Batch b;
+  b.tensors["x"] = at::randn({3, 4});
+  precision::AutocastGuard guard(c10::kCPU, at::kBFloat16);
+  const c10::IValue out = m.run("pair", {{"", "x"}}, b);
+  EXPECT_EQ(select_output(out, "0", "k").scalar_type(), at::kBFloat16);  // mm: autocast's lower-precision list
+  const c10::IValue loss = out.toTupleRef().elements()[1];
+  EXPECT_EQ(select_output(loss, "loss", "k").scalar_type(), at::kFloat);  // mse_loss: its fp32 list
+  EXPECT_EQ(m.run("forward", {{"", "x"}}, b).toTensor().scalar_type(), at::kBFloat16);
+}
+
+TEST(Scripted, InputsAreCheckedAgainstTheSchema) {
+  ScriptedModule m(write_module("inputs"));
+  EXPECT_EQ(m.signature("forward"), "forward(x: Tensor, scale: float=...) -> Tensor");
+  EXPECT_NO_THROW(m.check_inputs("forward", parse_scripted_inputs({"x"}, "k"), "k"));
+  EXPECT_NO_THROW(m.check_inputs("forward", parse_scripted_inputs({"x=a"}, "k"), "k"));
+  auto fails = [&](std::vector<std::string> inputs, const std::string& fragment) {
+    try {
+      m.check_inputs("forward", parse_scripted_inputs(inputs, "model.inputs"), "model.inputs");
+      ADD_FAILURE() << "no error for " << inputs.size() << " inputs";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  fails({"x", "y", "z"}, "takes 2 input(s) by position, model.inputs passes more");
+  fails({"scale=s"}, "argument 'x' has no default and model.inputs gives it no batch tensor");
+  fails({"x", "x=a"}, "gives argument 'x' twice");
+  fails({"x", "nope=a"}, "has no argument 'nope'");
+  EXPECT_THROW(parse_scripted_inputs({"x=a", "y"}, "k"), Error);  // positional after keyword
+  EXPECT_THROW(parse_scripted_inputs({"=a"}, "k"), Error);
+  EXPECT_THROW(parse_scripted_inputs({}, "k"), Error);
+}
+
+TEST(Scripted, OutputsAreSelectedByIndexOrKey) {
+  const at::Tensor a = at::ones({1}), b = at::zeros({1});
+  const c10::IValue tuple = c10::ivalue::Tuple::create({a, b});
+  EXPECT_TRUE(select_output(tuple, "1", "k").equal(b));
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("logits", a);
+  EXPECT_TRUE(select_output(c10::IValue(dict), "logits", "k").equal(a));
+  EXPECT_TRUE(select_output(c10::IValue(a), "", "k").equal(a));
+  EXPECT_EQ(describe_value(tuple), "tuple of 2 (Tensor, Tensor)");
+  EXPECT_EQ(describe_value(c10::IValue(dict)), "dict with keys logits");
+  EXPECT_THROW(select_output(tuple, "2", "k"), Error);
+  EXPECT_THROW(select_output(tuple, "", "k"), Error);
+  EXPECT_THROW(select_output(c10::IValue(dict), "loss", "k"), Error);
+  EXPECT_THROW(select_output(c10::IValue(a), "0", "k"), Error);
+}
+
+}  // namespace
+}  // namespace bellows::models

@@ -30,7 +30,7 @@ from torch import nn
 from safetensors.torch import load_file, save_file
 
 NO_DECAY = ("bias", "norm", "bn", "ln")
-TOLERANCE = {"fp32": 1e-5, "bf16-mixed": 1e-2}
+TOLERANCE = {"fp32": 1e-5, "bf16-mixed": 1e-2, "fp16-mixed": 1e-2}
 
 
 # --- the models: what a user writes ---------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class OwnLoss(nn.Module):
 # --- the cases: model, data, bellows' model keys, how PyTorch computes the loss --------------------------------
 
 def data_for(case, n, rng):
-    if case in ("mlp", "mlp-bf16", "own-loss", "ddp"):
+    if case in ("mlp", "mlp-bf16", "mlp-fp16", "own-loss", "ddp"):
         x = rng.normal(size=(n, 16)).astype(np.float32)
         y = np.tanh(x[:, :4] * 1.5 + 0.5 * x[:, 4:8]).astype(np.float32)
         return {"x": x, "y": y}
@@ -113,6 +113,7 @@ CASES = {
     # name: (module class, script|trace, precision, bellows model keys, extra arrays, python loss, channels_last, ranks)
     "mlp": (MlpRegressor, "script", "fp32", {"task": "regression"}, [], "regression", False, 1),
     "mlp-bf16": (MlpRegressor, "trace", "bf16-mixed", {"task": "regression"}, [], "regression", False, 1),
+    "mlp-fp16": (MlpRegressor, "script", "fp16-mixed", {"task": "regression"}, [], "regression", False, 1),
     "cnn-bn": (BnCnn, "script", "fp32", {"task": "classification"}, [], "classification", True, 1),
     "encoder-mask": (MaskedEncoder, "script", "fp32", {"task": "regression", "inputs": ["x", "padding"]}, ["padding"],
                      "regression", False, 1),
@@ -138,6 +139,8 @@ def python_losses(case, model, arrays, args, batch_size):
         (plain if p.dim() <= 1 or any(s in name for s in NO_DECAY) else decay).append(p)
     groups = [g for g in ({"params": decay, "weight_decay": 0.01}, {"params": plain, "weight_decay": 0.0}) if g["params"]]
     optimizer = torch.optim.AdamW(groups, lr=1e-3, fused=True)
+    fp16 = precision == "fp16-mixed"
+    scaler = torch.amp.GradScaler("cpu", enabled=fp16)  # bellows' GradScaler: the same defaults (init 65536, x2 per 2000 steps)
     tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
     n = tensors["x"].size(0)
     per_epoch = (n + batch_size - 1) // batch_size
@@ -147,7 +150,7 @@ def python_losses(case, model, arrays, args, batch_size):
         b = {name: t[k * batch_size:min((k + 1) * batch_size, n)] for name, t in tensors.items()}
         if channels_last:
             b["x"] = b["x"].contiguous(memory_format=torch.channels_last)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+        with torch.autocast("cpu", dtype=torch.float16 if fp16 else torch.bfloat16, enabled=precision != "fp32"):
             if loss_kind == "module":
                 loss = model(b["x"], b["y"])["loss"]
             else:
@@ -158,8 +161,9 @@ def python_losses(case, model, arrays, args, batch_size):
                     loss = (pred.float() - target.float()).square().mean()
                 else:
                     loss = F.cross_entropy(pred.float(), b["y"].long().view(-1))
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses, {k: v.detach().contiguous() for k, v in model.state_dict().items()}

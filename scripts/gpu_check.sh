@@ -15,15 +15,18 @@
 #   5. the batch-size finder on the GPU (data.batch_size: auto); an injected out-of-memory step: W4 with batches of 64
 #      under gpu_memory_limit_mb=450 (a step of 32 peaks at about 372 MB there): the first step runs out of memory on
 #      the device and the run goes on in micro-batches (passes only when the log says so and the run finishes)
+#   7. a user's TorchScript model (examples/own-model: model.py scripts it with the node's PyTorch) in bf16-mixed,
+#      eager and as whole-step CUDA graphs
 #   6. peers: PyTorch on the same GPU (bench/peers/peer.py --device: the same model, config, batch size and steps; its
 #      own initial weights), eager for W5, W3, W4 and torch.compile for W5, W3, beside bellows' eager and CUDA-graph
 #      runs of the same workloads made in this step (W4 with the example's accumulation of 2, as the peer runs it)
-# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, oom, peers (the data is made when needed).
+# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, oom, scripted, peers (the data is made when
+# needed).
 # LibTorch comes from the node's PyTorch (`python3 -c 'import torch'`, or $BELLOWS_CHECK_PYTHON): its lib folder
 # and the NVIDIA libraries beside it go on LD_LIBRARY_PATH, so a bundle built against the same torch version runs.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,peers
+out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,scripted,peers
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -144,6 +147,17 @@ limit_key=gpu_memory_limit_mb
 wants oom && step oom-injected 90 bash -c '"$@" && grep -q "ran out of memory .* with micro-batches" "$0"' \
   "$out/runs/oom-injected/metrics.jsonl" "$bin/bellows" train "${config[W4]}" "${common[@]}" ${extra[W4]} precision=fp32 \
   data.batch_size=64 "$limit_key=450" train.max_steps=10 name=oom-injected
+
+# 7. A user's TorchScript model (model.name: torchscript): examples/own-model's CNN, scripted here by the node's
+#    PyTorch (a file the node's LibTorch reads), trained in bf16-mixed eagerly and as whole-step CUDA graphs.
+if wants scripted; then
+  own="$data/own-model"
+  step scripted-prepare 60 "$python" "$here/examples/own-model/model.py" prepare "$own" --quick
+  for c in off cuda_graph; do
+    step "scripted-$c" 60 "$bin/bellows" train "$here/examples/own-model/config.yaml" "${common[@]}" model.path="$own/model.pt" \
+      data.path="$own/train.npz" data.val_path="$own/val.npz" precision=bf16-mixed compile="$c" name="scripted-$c"
+  done
+fi
 
 # 6. Peers on the same GPU: PyTorch eager first, bellows, then torch.compile (its compilation is the slow part).
 declare -A peer_data=([W5]="$data/icon-diffusion/train.npz" [W3]="$data/temporal/series.npy" [W4]="$data/cape-resnet/train")

@@ -118,10 +118,8 @@ class ScriptedTask final : public Task {
     std::vector<std::pair<at::Generator, at::Tensor>> saved;
     if (method != "forward") {
       std::vector<at::Generator> generators{at::detail::getDefaultCPUGenerator()};
-      for (const auto& [name, t] : batch.tensors) {
-        if (t.defined() && !t.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(t.device()));
-        break;
-      }
+      const at::Tensor& first = batch.at("x");  // every prediction batch has x; the other tensors are on its device
+      if (!first.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(first.device()));
       for (auto& g : generators) saved.emplace_back(g, g.get_state());
     }
     struct Restore {

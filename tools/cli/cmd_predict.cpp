@@ -17,6 +17,7 @@
 #include "bellows/ckpt/inspect.h"
 #include "bellows/data/npy.h"
 #include "bellows/hw/hardware_info.h"
+#include "bellows/models/scripted.h"
 #include "bellows/plan/plan.h"
 #include "bellows/train/checkpointing.h"
 #include "bellows/app/model_setup.h"
@@ -97,9 +98,8 @@ std::map<std::string, at::Tensor> read_extra_inputs(const std::string& spec, con
   }
   for (const char* key : {"model.predict_inputs", "model.inputs"}) {
     if (!c.has(key) || config::get_string_list(c, key).empty()) continue;
-    for (const std::string& item : config::get_string_list(c, key)) {
-      const std::string tensor = item.substr(item.find('=') == std::string::npos ? 0 : item.find('=') + 1);
-      if (tensor != "x" && in_file(tensor) && std::find(wanted.begin(), wanted.end(), tensor) == wanted.end()) wanted.push_back(tensor);
+    for (const models::ScriptedInput& in : models::parse_scripted_inputs(config::get_string_list(c, key), key)) {
+      if (in.tensor != "x" && in_file(in.tensor) && std::find(wanted.begin(), wanted.end(), in.tensor) == wanted.end()) wanted.push_back(in.tensor);
     }
     break;  // predict_inputs, when set, replaces inputs
   }

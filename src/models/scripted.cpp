@@ -5,7 +5,10 @@
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/serialization/import.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <array>
@@ -14,12 +17,65 @@
 #include <map>
 #include <set>
 
+#include "bellows/models/dropout.h"
 #include "bellows/util/check.h"
 
 namespace bellows::models {
 namespace {
 
 namespace fs = std::filesystem;
+
+// bellows::dropout: aten::dropout's schema, models::dropout's masks (parallel on the CPU unless dropout_masks is
+// torch, at::dropout elsewhere). CompositeImplicitAutograd: autograd and autocast see the operators it calls, as
+// they see at::dropout's own decomposition, so no backward of its own is needed. The scripted graphs' dropout
+// calls are pointed here when a module is loaded (route_dropout below).
+at::Tensor scripted_dropout(const at::Tensor& input, double p, bool train) { return models::dropout(input, p, train); }
+
+TORCH_LIBRARY(bellows, m) {
+  m.def(torch::schema("bellows::dropout(Tensor input, float p, bool train) -> Tensor", c10::AliasAnalysisKind::FROM_SCHEMA));
+  m.impl("dropout", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(scripted_dropout));
+}
+
+int route_dropout(torch::jit::Block* block, torch::jit::Graph& graph) {
+  static const c10::Symbol kAten = c10::Symbol::fromQualString("aten::dropout");
+  static const c10::Symbol kOurs = c10::Symbol::fromQualString("bellows::dropout");
+  int routed = 0;
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it;
+    ++it;  // before the node may be destroyed
+    for (torch::jit::Block* inner : node->blocks()) routed += route_dropout(inner, graph);
+    // aten::dropout(Tensor input, float p, bool train) -> Tensor; other overloads (none today) stay as they are.
+    if (node->kind() != kAten || node->inputs().size() != 3 || node->outputs().size() != 1) continue;
+    torch::jit::Node* ours = graph.create(kOurs, node->inputs(), 1);
+    ours->insertBefore(node);
+    ours->output()->setType(node->output()->type());
+    ours->output()->copyMetadata(node->output());
+    node->output()->replaceAllUsesWith(ours->output());
+    node->destroy();
+    ++routed;
+  }
+  return routed;
+}
+
+// Points every aten::dropout call of every function of the module's compilation unit at bellows::dropout: the
+// methods and the free functions they call (nn.Dropout's forward calls torch.nn.functional.dropout, a function of
+// its own in a scripted file: prim::CallFunction), before anything has run (a function's executor plans from its
+// graph on the first call). Methods of one class share a graph: each graph is rewritten once. Returns the call
+// sites rewritten. Dropout2d/3d (aten::feature_dropout) and the attention kernels' internal dropout stay ATen's.
+int route_dropout(const torch::jit::Module& root) {
+  std::set<const torch::jit::Graph*> done;
+  int routed = 0;
+  auto visit = [&](const std::shared_ptr<torch::jit::Graph>& graph) {
+    if (done.insert(graph.get()).second) routed += route_dropout(graph->block(), *graph);
+  };
+  for (torch::jit::Function* f : root._ivalue()->compilation_unit()->get_functions()) {
+    if (f->isGraphFunction()) visit(torch::jit::toGraphFunction(*f).graph());
+  }
+  for (const torch::jit::Module& m : root.modules()) {  // in case a class's methods live in another unit
+    for (const torch::jit::Method& method : m.get_methods()) visit(method.graph());
+  }
+  return routed;
+}
 
 // The first line of a LibTorch error (its text goes on with a C++ backtrace).
 std::string first_line(const std::string& text) {
@@ -146,6 +202,7 @@ std::vector<ScriptedInput> parse_scripted_inputs(const std::vector<std::string>&
 ScriptedModule::ScriptedModule(const fs::path& file) : torch::nn::Module("ScriptedModule"), file_(file), module_(load_archive(file)) {
   std::map<const c10::TensorImpl*, std::string> seen;
   mirror(*this, module_, "", seen, file_);
+  dropout_calls_ = route_dropout(module_);
   bool trainable = false;
   for (const auto& p : named_parameters()) {
     BELLOWS_CHECK_CONFIG(!p.value().is_floating_point() || p.value().scalar_type() == at::kFloat,

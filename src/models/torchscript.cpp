@@ -258,6 +258,16 @@ ModelEntry torchscript_entry() {
     module->check_inputs(o.predict_method.empty() ? "forward" : o.predict_method, o.predict_inputs, "model.predict_inputs");
     BuiltModel built{module, std::make_shared<ScriptedTask>(o)};
     built.plan_rows.push_back({"jit_optimize", o.jit_optimize ? "true" : "false", kJitOptimizeReason[o.jit_optimize ? 1 : 0]});
+    if (const int calls = module->dropout_calls(); calls > 0) {
+      const bool torch_masks = config::get_string(c, "dropout_masks") == "torch";
+      built.plan_rows.push_back(
+          {"dropout", torch_masks ? "ATen's draws" : "parallel masks",
+           fmt::format("{} aten::dropout call site{} of the scripted graphs run{} through bellows' dropout: {}", calls,
+                       calls == 1 ? "" : "s", calls == 1 ? "s" : "",
+                       torch_masks ? "at::dropout, PyTorch's draws bit for bit (dropout_masks: torch)"
+                                   : "masks filled in parallel on the CPU, PyTorch's statistics but not its draws "
+                                     "(dropout_masks: torch for those; docs/models.md)")});
+    }
     return built;
   };
   return e;

@@ -178,10 +178,11 @@ def run(cmd, log):
         sys.exit(2)
 
 
-def bellows_run(case, folder, args, batch_size, ranks):
+def bellows_run(case, folder, args, batch_size, ranks, masks="torch"):
     _, _, precision, keys, extra, _, channels_last, _ = CASES[case]
     config = {
         "name": case, "seed": 0, "device": "cpu", "precision": precision, "threads": 1,
+        "dropout_masks": masks,  # torch: the scripted graphs' dropout is at::dropout, PyTorch's draws (docs/models.md)
         "channels_last": channels_last, "init_weights": os.path.join(folder, "init.safetensors"),
         "output_dir": os.path.join(folder, "runs"),
         "data": {"source": "npy", "path": os.path.join(folder, "train.npz"), "batch_size": batch_size,
@@ -191,7 +192,7 @@ def bellows_run(case, folder, args, batch_size, ranks):
         "optim": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
         "schedule": {"type": "constant", "warmup_steps": 0},
     }
-    path = os.path.join(folder, "config.yaml")
+    path = os.path.join(folder, "config.yaml" if masks == "torch" else f"config-{masks}.yaml")
     with open(path, "w") as f:  # JSON is YAML; model.path resolves against this file's folder
         json.dump(config, f, indent=1)
     shutil.rmtree(os.path.join(folder, "runs"), ignore_errors=True)
@@ -263,6 +264,35 @@ def check_case(case, args):
     return True
 
 
+def parallel_masks(args):
+    """The encoder-mask case under bellows' default dropout_masks (parallel): the scripted graphs' dropout draws
+    bellows' masks, so the losses must differ from PyTorch's (the rewrite reached the dropout of nn.Dropout, a free
+    function of the scripted file) while the model trains the same on average (same keep probability and scale)."""
+    folder = os.path.join(args.work, "encoder-mask")
+    if not os.path.exists(os.path.join(folder, "config.yaml")):
+        check_case("encoder-mask", args)
+    cls = CASES["encoder-mask"][0]
+    arrays = dict(np.load(os.path.join(folder, "train.npz")))
+    torch.manual_seed(1)
+    model = cls()
+    ours, _ = bellows_run("encoder-mask", folder, args, 32, 1, masks="parallel")
+    theirs, _ = python_losses("encoder-mask", model, arrays, args, 32)
+    if None in ours:
+        print(f"parallel-masks: bellows logged no loss for step {ours.index(None) + 1}", file=sys.stderr)
+        return False
+    differ = sum(1 for a, b in zip(ours, theirs) if a != b)
+    mean_ours, mean_theirs = sum(ours) / len(ours), sum(theirs) / len(theirs)
+    print(f"parallel-masks (encoder-mask, dropout_masks parallel): {differ} of {len(ours)} losses differ from PyTorch's; "
+          f"mean loss {mean_ours:.6g} vs {mean_theirs:.6g} (relative {rel(mean_ours, mean_theirs):.3g}, tolerance 0.1)", flush=True)
+    if differ == 0:
+        print("parallel-masks: every loss equals PyTorch's: the scripted graphs' dropout did not reach bellows' masks", file=sys.stderr)
+        return False
+    if not rel(mean_ours, mean_theirs) <= 0.1:
+        print("parallel-masks: the mean losses differ by more than 10%: the masks' statistics are not dropout's", file=sys.stderr)
+        return False
+    return True
+
+
 def soak(args):
     """The encoder-mask case's files, then kill_soak.py on its config: --soak-kills SIGKILLs, resume=auto each time."""
     folder = os.path.join(args.work, "encoder-mask")
@@ -271,7 +301,8 @@ def soak(args):
     here = os.path.dirname(os.path.abspath(__file__))
     cmd = [sys.executable, os.path.join(here, "..", "reliability", "kill_soak.py"), "--bellows", args.bellows,
            "--kills", str(args.soak_kills), "--steps", "150", "--every", "10", "--max-delay", "1.0",
-           "--config", os.path.join(folder, "config.yaml"), "--set", "checkpoint.keep_last=3"]
+           "--config", os.path.join(folder, "config.yaml"), "--set", "checkpoint.keep_last=3",
+           "--set", "dropout_masks=parallel"]  # the default masks: their seeds come from the generator that resumes
     done = subprocess.run(cmd, capture_output=True, text=True)
     summary = [line.strip() for line in done.stdout.splitlines() if "soak:" in line or "bitwise" in line]
     print(f"resume: {'; '.join(summary)}")
@@ -286,12 +317,13 @@ def main():
     ap.add_argument("--bellows", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--case", action="append", choices=sorted([*CASES, "resume"]))
+    ap.add_argument("--case", action="append", choices=sorted([*CASES, "parallel-masks", "resume"]))
     ap.add_argument("--soak-kills", type=int, default=4)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    failed = [c for c in (args.case or [*CASES, "resume"]) if not (soak(args) if c == "resume" else check_case(c, args))]
+    special = {"resume": soak, "parallel-masks": parallel_masks}
+    failed = [c for c in (args.case or [*CASES, *special]) if not (special[c](args) if c in special else check_case(c, args))]
     if failed:
         print(f"scripted_golden: FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

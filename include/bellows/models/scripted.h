@@ -5,7 +5,8 @@
 // plain nn::Modules that register the *same* tensors (not copies) under the Python attribute names, so
 // named_parameters() gives "encoder.layer.0.attention.query.weight" as Python's state_dict does, and everything
 // the engine does to parameters (to(device) and channels_last through set_data, the optimizer's in-place updates,
-// checkpoint loads through copy_) is seen by the scripted code. train()/eval() reach the scripted module.
+// checkpoint loads through copy_) is seen by the scripted code. train()/eval() reach the scripted module. The
+// graphs' dropout calls go through bellows' dropout (dropout.h), as the built-in models' do.
 //
 // TorchScript is deprecated in PyTorch in favour of torch.export, which has no training path from C++ yet; a later
 // loader of exported programs sits beside this one behind the same model entry (docs/models.md).
@@ -49,11 +50,15 @@ class ScriptedModule : public torch::nn::Module {
 
   void train(bool on = true) override;
   torch::jit::Module& scripted() { return module_; }
+  // The scripted graphs' aten::dropout call sites, drawn by models::dropout (dropout.h: parallel masks on the CPU
+  // unless dropout_masks is torch); counted once per graph, as written, not per call.
+  int dropout_calls() const { return dropout_calls_; }
   const std::filesystem::path& file() const { return file_; }
 
  private:
   std::filesystem::path file_;
   torch::jit::Module module_;
+  int dropout_calls_ = 0;
 };
 
 // The one output a task reads from what a scripted method returned: `key` "" takes a tensor as it is; an integer

@@ -8,10 +8,13 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/utils.h>
 
 #include <filesystem>
 
+#include "bellows/models/dropout.h"
 #include "bellows/precision/autocast.h"
 #include "bellows/util/error.h"
 
@@ -95,6 +98,86 @@ TEST(Scripted, AutocastCoversTheInterpretersOperators) {
   const c10::IValue loss = out.toTupleRef().elements()[1];
   EXPECT_EQ(select_output(loss, "loss", "k").scalar_type(), at::kFloat);  // mse_loss: its fp32 list
   EXPECT_EQ(m.run("forward", {{"", "x"}}, b).toTensor().scalar_type(), at::kBFloat16);
+}
+
+// Two submodules with a dropout each (built in C++, each has a class and a graph of its own; Python's scripting
+// shares one between identical submodules), a dropout inside an `if` block in forward.
+fs::path write_dropout_module(const std::string& name) {
+  auto block = [] {
+    torch::jit::Module b("Block");
+    b.register_attribute("training", c10::BoolType::get(), true);
+    b.register_parameter("weight", at::randn({6, 6}).requires_grad_(), false);
+    b.define(R"JIT(
+def forward(self, x):
+    return torch.dropout(torch.mm(x, self.weight), 0.25, self.training)
+)JIT");
+    return b;
+  };
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_module("a", block());
+  m.register_module("b", block());
+  m.define(R"JIT(
+def forward(self, x, twice: bool = True):
+    h = self.b.forward(self.a.forward(x))
+    if twice:
+        h = torch.dropout(h, 0.5, self.training)
+    return h
+)JIT");
+  const fs::path path = fs::path(::testing::TempDir()) / (name + ".pt");
+  m.save(path.string());
+  return path;
+}
+
+bool graph_has(torch::jit::Block* block, const char* kind) {
+  for (torch::jit::Node* n : block->nodes()) {
+    if (n->kind() == c10::Symbol::fromQualString(kind)) return true;
+    for (torch::jit::Block* inner : n->blocks()) {
+      if (graph_has(inner, kind)) return true;
+    }
+  }
+  return false;
+}
+
+TEST(Scripted, DropoutCallsDrawBellowsMasksOrAtensWithDropoutMasksTorch) {
+  const DropoutMasks saved = dropout_masks();
+  torch::jit::GraphOptimizerEnabledGuard optimize(false);
+  ScriptedModule m(write_dropout_module("dropout"));
+  EXPECT_EQ(m.dropout_calls(), 3) << "each block's graph, and forward's `if` branch";
+  for (const auto& method : {m.scripted().get_method("forward"), m.scripted().attr("a").toModule().get_method("forward")}) {
+    EXPECT_FALSE(graph_has(method.graph()->block(), "aten::dropout"));
+    EXPECT_TRUE(graph_has(method.graph()->block(), "bellows::dropout"));
+  }
+  data::Batch b;
+  b.tensors["x"] = at::randn({5, 6});
+  const at::Tensor wa = m.named_parameters()["a.weight"], wb = m.named_parameters()["b.weight"];
+  // What forward computes, written with the same functions in C++: the same seed gives the same output.
+  auto reference = [&] {
+    return models::dropout(models::dropout(at::mm(models::dropout(at::mm(b.tensors["x"], wa), 0.25, true), wb), 0.25, true), 0.5, true);
+  };
+  for (DropoutMasks masks : {DropoutMasks::kParallel, DropoutMasks::kTorch}) {
+    set_dropout_masks(masks);
+    torch::manual_seed(11);
+    const at::Tensor out = m.run("forward", {{"", "x"}}, b).toTensor();
+    torch::manual_seed(11);
+    EXPECT_TRUE(out.equal(reference())) << (masks == DropoutMasks::kTorch ? "torch" : "parallel");
+    out.sum().backward();  // gradients flow through the masks
+    EXPECT_TRUE(wa.grad().defined() && wa.grad().ne(0).any().item<bool>());
+    wa.mutable_grad().reset();
+    wb.mutable_grad().reset();
+  }
+  // kTorch is at::dropout itself: PyTorch's draws bit for bit.
+  torch::manual_seed(11);
+  const at::Tensor ours = m.run("forward", {{"", "x"}}, b).toTensor();
+  torch::manual_seed(11);
+  const at::Tensor aten = at::dropout(at::dropout(at::mm(at::dropout(at::mm(b.tensors["x"], wa), 0.25, true), wb), 0.25, true), 0.5, true);
+  EXPECT_TRUE(ours.equal(aten));
+  set_dropout_masks(DropoutMasks::kParallel);
+  torch::manual_seed(11);
+  EXPECT_FALSE(m.run("forward", {{"", "x"}}, b).toTensor().equal(aten)) << "parallel masks are other draws";
+  m.eval();
+  EXPECT_TRUE(m.run("forward", {{"", "x"}}, b).toTensor().equal(at::mm(at::mm(b.tensors["x"], wa), wb)));
+  set_dropout_masks(saved);
 }
 
 TEST(Scripted, InputsAreCheckedAgainstTheSchema) {

@@ -2,6 +2,7 @@
 // own keys, recursively, with cycle detection. yaml-cpp parses; this file turns its nodes into a Config whose
 // every key carries file:line:column, and its exceptions into kConfig errors naming the file.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>

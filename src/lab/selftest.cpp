@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "bellows/util/check.h"
@@ -73,6 +75,24 @@ at::Tensor dropout(const at::Tensor& x, double p, bool train) {
   // bf16/fp16: a {0, 1} mask, then the scale, as at::dropout's `input * mask * scale` (a mask of scaled values
   // would round 1/(1-p) in the mask's dtype before the product as well).
   return (x * parallel_dropout_mask(x.sizes(), p, seed, x.options(), /*scaled=*/false)).mul_(1.0 / (1.0 - p));
+}
+
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const std::optional<at::Tensor>& mask, double p, bool causal, std::optional<double> scale,
+                                        bool enable_gqa) {
+  if (p <= 0 || g_masks == DropoutMasks::kTorch || !q.device().is_cpu() || enable_gqa || q.is_nested()) {
+    return at::scaled_dot_product_attention(q, k, v, mask, p, causal, scale, enable_gqa);
+  }
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * s;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (causal) {
+    const at::Tensor keep = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
+    scores = scores.masked_fill(keep.logical_not(), -inf);
+  }
+  if (mask) scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), -inf) : scores + *mask;
+  const at::Tensor weights = mask || causal ? at::_safe_softmax(scores, -1) : at::softmax(scores, -1);
+  return at::matmul(models::dropout(weights, p, true), v);
 }
 
 }  // namespace bellows::models

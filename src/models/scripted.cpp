@@ -25,48 +25,64 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// bellows::dropout: aten::dropout's schema, models::dropout's masks (parallel on the CPU unless dropout_masks is
-// torch, at::dropout elsewhere). CompositeImplicitAutograd: autograd and autocast see the operators it calls, as
-// they see at::dropout's own decomposition, so no backward of its own is needed. The scripted graphs' dropout
-// calls are pointed here when a module is loaded (route_dropout below).
+// bellows::dropout and bellows::scaled_dot_product_attention: ATen's schemas, models::dropout's masks (dropout.h:
+// parallel on the CPU unless dropout_masks is torch; ATen's own operators elsewhere). CompositeImplicitAutograd:
+// autograd and autocast see the operators they call, as they see ATen's own decompositions, so no backward of
+// their own is needed. The scripted graphs' calls are pointed here when a module is loaded (route_to_bellows).
 at::Tensor scripted_dropout(const at::Tensor& input, double p, bool train) { return models::dropout(input, p, train); }
+at::Tensor scripted_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                              double p, bool causal, std::optional<double> scale, bool enable_gqa) {
+  return models::scaled_dot_product_attention(q, k, v, mask, p, causal, scale, enable_gqa);
+}
 
 TORCH_LIBRARY(bellows, m) {
   m.def(torch::schema("bellows::dropout(Tensor input, float p, bool train) -> Tensor", c10::AliasAnalysisKind::FROM_SCHEMA));
   m.impl("dropout", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(scripted_dropout));
+  m.def(torch::schema("bellows::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+                      "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
+                      c10::AliasAnalysisKind::FROM_SCHEMA));
+  m.impl("scaled_dot_product_attention", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(scripted_attention));
 }
 
-int route_dropout(torch::jit::Block* block, torch::jit::Graph& graph) {
-  static const c10::Symbol kAten = c10::Symbol::fromQualString("aten::dropout");
-  static const c10::Symbol kOurs = c10::Symbol::fromQualString("bellows::dropout");
-  int routed = 0;
+// aten::X (with the inputs of its one overload that bellows mirrors) -> bellows::X.
+struct Route {
+  c10::Symbol from, to;
+  std::size_t inputs;
+};
+
+void route_to_bellows(torch::jit::Block* block, torch::jit::Graph& graph, RoutedCalls& routed) {
+  static const std::array<Route, 2> kRoutes = {
+      Route{c10::Symbol::fromQualString("aten::dropout"), c10::Symbol::fromQualString("bellows::dropout"), 3},
+      Route{c10::Symbol::fromQualString("aten::scaled_dot_product_attention"),
+            c10::Symbol::fromQualString("bellows::scaled_dot_product_attention"), 8}};
   for (auto it = block->nodes().begin(); it != block->nodes().end();) {
     torch::jit::Node* node = *it;
     ++it;  // before the node may be destroyed
-    for (torch::jit::Block* inner : node->blocks()) routed += route_dropout(inner, graph);
-    // aten::dropout(Tensor input, float p, bool train) -> Tensor; other overloads (none today) stay as they are.
-    if (node->kind() != kAten || node->inputs().size() != 3 || node->outputs().size() != 1) continue;
-    torch::jit::Node* ours = graph.create(kOurs, node->inputs(), 1);
-    ours->insertBefore(node);
-    ours->output()->setType(node->output()->type());
-    ours->output()->copyMetadata(node->output());
-    node->output()->replaceAllUsesWith(ours->output());
-    node->destroy();
-    ++routed;
+    for (torch::jit::Block* inner : node->blocks()) route_to_bellows(inner, graph, routed);
+    for (std::size_t r = 0; r < kRoutes.size(); ++r) {
+      if (node->kind() != kRoutes[r].from || node->inputs().size() != kRoutes[r].inputs || node->outputs().size() != 1) continue;
+      torch::jit::Node* ours = graph.create(kRoutes[r].to, node->inputs(), 1);
+      ours->insertBefore(node);
+      ours->output()->setType(node->output()->type());
+      ours->output()->copyMetadata(node->output());
+      node->output()->replaceAllUsesWith(ours->output());
+      node->destroy();
+      ++(r == 0 ? routed.dropout : routed.attention);
+      break;
+    }
   }
-  return routed;
 }
 
-// Points every aten::dropout call of every function of the module's compilation unit at bellows::dropout: the
-// methods and the free functions they call (nn.Dropout's forward calls torch.nn.functional.dropout, a function of
-// its own in a scripted file: prim::CallFunction), before anything has run (a function's executor plans from its
-// graph on the first call). Methods of one class share a graph: each graph is rewritten once. Returns the call
-// sites rewritten. Dropout2d/3d (aten::feature_dropout) and the attention kernels' internal dropout stay ATen's.
-int route_dropout(const torch::jit::Module& root) {
+// Points every aten::dropout and aten::scaled_dot_product_attention call of every function of the module's
+// compilation unit at bellows' operators: the methods and the free functions they call (nn.Dropout's forward calls
+// torch.nn.functional.dropout, a function of its own in a scripted file: prim::CallFunction), before anything has
+// run (a function's executor plans from its graph on the first call). Methods of one class share a graph: each
+// graph is rewritten once. Dropout2d/3d (aten::feature_dropout) and other attention kernels stay ATen's.
+RoutedCalls route_to_bellows(const torch::jit::Module& root) {
   std::set<const torch::jit::Graph*> done;
-  int routed = 0;
+  RoutedCalls routed;
   auto visit = [&](const std::shared_ptr<torch::jit::Graph>& graph) {
-    if (done.insert(graph.get()).second) routed += route_dropout(graph->block(), *graph);
+    if (done.insert(graph.get()).second) route_to_bellows(graph->block(), *graph, routed);
   };
   for (torch::jit::Function* f : root._ivalue()->compilation_unit()->get_functions()) {
     if (f->isGraphFunction()) visit(torch::jit::toGraphFunction(*f).graph());
@@ -202,7 +218,7 @@ std::vector<ScriptedInput> parse_scripted_inputs(const std::vector<std::string>&
 ScriptedModule::ScriptedModule(const fs::path& file) : torch::nn::Module("ScriptedModule"), file_(file), module_(load_archive(file)) {
   std::map<const c10::TensorImpl*, std::string> seen;
   mirror(*this, module_, "", seen, file_);
-  dropout_calls_ = route_dropout(module_);
+  routed_ = route_to_bellows(module_);
   bool trainable = false;
   for (const auto& p : named_parameters()) {
     BELLOWS_CHECK_CONFIG(!p.value().is_floating_point() || p.value().scalar_type() == at::kFloat,

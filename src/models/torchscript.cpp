@@ -184,7 +184,7 @@ void trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batc
 // Chosen by measurement (bench/peers/run.py --scripted, docs/benchmarks.md).
 constexpr std::array<const char*, 2> kJitOptimizeReason = {
     "default: the interpreter runs the ops one by one as eager PyTorch does; the graph executor's optimisation "
-    "measured within the trials' spread on the CPU (W1 1.05x, W3 1.03x; docs/benchmarks.md)",
+    "measured within the trials' spread on the CPU (W1 1.05x, W3 1.03x and 0.94x; docs/benchmarks.md)",
     "requested: the profiling graph executor (autodiff subgraphs, fusion where LibTorch has a fuser)"};
 
 void add_keys(config::Schema& s) {
@@ -258,14 +258,15 @@ ModelEntry torchscript_entry() {
     module->check_inputs(o.predict_method.empty() ? "forward" : o.predict_method, o.predict_inputs, "model.predict_inputs");
     BuiltModel built{module, std::make_shared<ScriptedTask>(o)};
     built.plan_rows.push_back({"jit_optimize", o.jit_optimize ? "true" : "false", kJitOptimizeReason[o.jit_optimize ? 1 : 0]});
-    if (const int calls = module->dropout_calls(); calls > 0) {
+    if (const RoutedCalls routed = module->routed_calls(); routed.dropout + routed.attention > 0) {
       const bool torch_masks = config::get_string(c, "dropout_masks") == "torch";
       built.plan_rows.push_back(
           {"dropout", torch_masks ? "ATen's draws" : "parallel masks",
-           fmt::format("{} aten::dropout call site{} of the scripted graphs run{} through bellows' dropout: {}", calls,
-                       calls == 1 ? "" : "s", calls == 1 ? "s" : "",
-                       torch_masks ? "at::dropout, PyTorch's draws bit for bit (dropout_masks: torch)"
-                                   : "masks filled in parallel on the CPU, PyTorch's statistics but not its draws "
+           fmt::format("the scripted graphs' {} dropout and {} scaled_dot_product_attention call site(s) draw their masks with "
+                       "bellows' dropout: {}",
+                       routed.dropout, routed.attention,
+                       torch_masks ? "ATen's operators, PyTorch's draws bit for bit (dropout_masks: torch)"
+                                   : "filled in parallel on the CPU, PyTorch's statistics but not its draws "
                                      "(dropout_masks: torch for those; docs/models.md)")});
     }
     return built;

@@ -71,18 +71,8 @@ at::Tensor TransformerEncoderLayerImpl::self_attention(const at::Tensor& x, cons
   const at::Tensor qkv =
       at::linear(x, in_proj_weight_, in_proj_bias_).view({batch, steps, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
   const std::optional<at::Tensor> mask = attend.defined() ? std::optional<at::Tensor>(attend) : std::nullopt;
-  at::Tensor out;
-  if (is_training() && options_.dropout > 0 && dropout_masks() == DropoutMasks::kParallel && x.device().is_cpu()) {
-    // SDPA's math path with the attention dropout drawn in parallel (models/dropout.h); what ATen runs on the CPU
-    // when dropout is on, term for term: softmax(q k^T / sqrt(d) + mask) v.
-    const at::Tensor& q = qkv[0];
-    at::Tensor scores = at::matmul(q, qkv[1].transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-    if (mask) scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
-    out = at::matmul(models::dropout(at::softmax(scores, -1), options_.dropout, true), qkv[2]);
-  } else {
-    const double p = is_training() ? options_.dropout : 0.0;
-    out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, p);
-  }
+  // ATen's attention, with its dropout drawn by models::dropout on the CPU (models/dropout.h).
+  const at::Tensor out = models::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, is_training() ? options_.dropout : 0.0);
   return linear(out_proj_, out.transpose(1, 2).reshape({batch, steps, d}));
 }
 

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace bellows::models {
 
@@ -28,6 +29,15 @@ DropoutMasks dropout_masks();
 
 // at::dropout(x, p, train) with the masks chosen above. p in [0, 1); train false or p 0: x itself.
 at::Tensor dropout(const at::Tensor& x, double p, bool train);
+
+// at::scaled_dot_product_attention(q, k, v, mask, p, causal, scale) whose attention dropout, on the CPU with the
+// parallel masks, is drawn above: SDPA's math path softmax(q k^T * scale + mask) v, written out (what ATen runs on
+// the CPU when dropout is on, with a bool mask as -inf where false, a float mask added, rows with nothing to attend
+// to 0 as ATen's safe softmax makes them). Otherwise (p 0, kTorch, another device, grouped-query heads)
+// at::scaled_dot_product_attention itself.
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const std::optional<at::Tensor>& mask, double p, bool causal = false,
+                                        std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
 // The mask alone, on the CPU: 1 / (1 - p) (scaled) or 1 where kept, 0 where dropped, from `seed`; options: its
 // floating dtype. The same for any thread count.

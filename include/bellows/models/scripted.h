@@ -6,7 +6,7 @@
 // named_parameters() gives "encoder.layer.0.attention.query.weight" as Python's state_dict does, and everything
 // the engine does to parameters (to(device) and channels_last through set_data, the optimizer's in-place updates,
 // checkpoint loads through copy_) is seen by the scripted code. train()/eval() reach the scripted module. The
-// graphs' dropout calls go through bellows' dropout (dropout.h), as the built-in models' do.
+// graphs' dropout and attention calls draw their masks with bellows' dropout (dropout.h), as the built-in models do.
 //
 // TorchScript is deprecated in PyTorch in favour of torch.export, which has no training path from C++ yet; a later
 // loader of exported programs sits beside this one behind the same model entry (docs/models.md).
@@ -32,6 +32,11 @@ struct ScriptedInput {
 };
 std::vector<ScriptedInput> parse_scripted_inputs(const std::vector<std::string>& inputs, const std::string& key);
 
+struct RoutedCalls {
+  int dropout = 0;    // aten::dropout -> bellows::dropout
+  int attention = 0;  // aten::scaled_dot_product_attention -> bellows::scaled_dot_product_attention
+};
+
 class ScriptedModule : public torch::nn::Module {
  public:
   // Loads `file`; kConfig errors name the file and say what it is instead (a directory, a pickled state_dict, a
@@ -50,15 +55,16 @@ class ScriptedModule : public torch::nn::Module {
 
   void train(bool on = true) override;
   torch::jit::Module& scripted() { return module_; }
-  // The scripted graphs' aten::dropout call sites, drawn by models::dropout (dropout.h: parallel masks on the CPU
-  // unless dropout_masks is torch); counted once per graph, as written, not per call.
-  int dropout_calls() const { return dropout_calls_; }
+  // The scripted graphs' call sites of aten::dropout and aten::scaled_dot_product_attention, now drawing their
+  // dropout masks with models::dropout (dropout.h: parallel on the CPU unless dropout_masks is torch); counted once
+  // per graph, as written, not per call.
+  const RoutedCalls& routed_calls() const { return routed_; }
   const std::filesystem::path& file() const { return file_; }
 
  private:
   std::filesystem::path file_;
   torch::jit::Module module_;
-  int dropout_calls_ = 0;
+  RoutedCalls routed_;
 };
 
 // The one output a task reads from what a scripted method returned: `key` "" takes a tensor as it is; an integer

@@ -75,5 +75,43 @@ TEST(Dropout, ReducedPrecisionAndTorchMasksAreAtDropout) {
   EXPECT_TRUE(ours.equal(at::dropout(z, 0.2, true)));
 }
 
+TEST(Dropout, AttentionWithParallelMasksIsAtensMathPath) {
+  RestoreMasks restore;
+  set_dropout_masks(DropoutMasks::kParallel);
+  torch::manual_seed(2);
+  const at::Tensor q = at::randn({2, 3, 5, 4}), k = at::randn({2, 3, 6, 4}), v = at::randn({2, 3, 6, 4});
+  at::Tensor keys = at::ones({2, 1, 1, 6}, at::kBool);
+  keys.index_put_({1, 0, 0, at::indexing::Slice(3)}, false);  // the second sequence's last 3 keys are padding
+  const at::Tensor bias = at::randn({5, 6});
+  // p = 1e-9 takes the parallel path and keeps every element (its 24-bit uniforms are all below 1 - 1e-9 in float,
+  // and 1 / (1 - 1e-9) is 1 in float): the math path without dropout, against ATen's attention without dropout.
+  const double p = 1e-9;
+  EXPECT_TRUE(models::scaled_dot_product_attention(q, k, v, std::nullopt, p).allclose(at::scaled_dot_product_attention(q, k, v), 1e-5, 1e-6));
+  EXPECT_TRUE(models::scaled_dot_product_attention(q, k, v, keys, p).allclose(at::scaled_dot_product_attention(q, k, v, keys), 1e-5, 1e-6));
+  EXPECT_TRUE(models::scaled_dot_product_attention(q, k, v, bias, p, false, 0.3)
+                  .allclose(at::scaled_dot_product_attention(q, k, v, bias, 0.0, false, 0.3), 1e-5, 1e-6));
+  const at::Tensor kq = at::randn({2, 3, 5, 4}), vq = at::randn({2, 3, 5, 4});
+  EXPECT_TRUE(models::scaled_dot_product_attention(q, kq, vq, std::nullopt, p, true)
+                  .allclose(at::scaled_dot_product_attention(q, kq, vq, std::nullopt, 0.0, true), 1e-5, 1e-6));
+  // A query with every key masked attends to nothing: 0, as ATen's safe softmax gives, not NaN.
+  const at::Tensor none = at::zeros({2, 1, 1, 6}, at::kBool);
+  EXPECT_TRUE(models::scaled_dot_product_attention(q, k, v, none, p).eq(0).all().item<bool>());
+  // With dropout: about p of the attention weights dropped, the rest scaled by 1 / (1 - p); gradients flow.
+  const at::Tensor qg = q.clone().requires_grad_(true);
+  torch::manual_seed(4);
+  const at::Tensor a = models::scaled_dot_product_attention(qg, k, v, keys, 0.5);
+  torch::manual_seed(4);
+  EXPECT_TRUE(a.equal(models::scaled_dot_product_attention(qg, k, v, keys, 0.5))) << "the same seed, the same masks";
+  EXPECT_FALSE(a.allclose(at::scaled_dot_product_attention(q, k, v, keys), 1e-3, 1e-3));
+  a.sum().backward();
+  EXPECT_TRUE(qg.grad().defined() && qg.grad().isfinite().all().item<bool>());
+  // dropout_masks: torch is ATen's attention, its draws bit for bit.
+  set_dropout_masks(DropoutMasks::kTorch);
+  torch::manual_seed(4);
+  const at::Tensor ours = models::scaled_dot_product_attention(q, k, v, keys, 0.5);
+  torch::manual_seed(4);
+  EXPECT_TRUE(ours.equal(at::scaled_dot_product_attention(q, k, v, keys, 0.5)));
+}
+
 }  // namespace
 }  // namespace bellows::models

@@ -143,7 +143,7 @@ TEST(Scripted, DropoutCallsDrawBellowsMasksOrAtensWithDropoutMasksTorch) {
   const DropoutMasks saved = dropout_masks();
   torch::jit::GraphOptimizerEnabledGuard optimize(false);
   ScriptedModule m(write_dropout_module("dropout"));
-  EXPECT_EQ(m.dropout_calls(), 3) << "each block's graph, and forward's `if` branch";
+  EXPECT_EQ(m.routed_calls().dropout, 3) << "each block's graph, and forward's `if` branch";
   for (const auto& method : {m.scripted().get_method("forward"), m.scripted().attr("a").toModule().get_method("forward")}) {
     EXPECT_FALSE(graph_has(method.graph()->block(), "aten::dropout"));
     EXPECT_TRUE(graph_has(method.graph()->block(), "bellows::dropout"));
@@ -177,6 +177,39 @@ TEST(Scripted, DropoutCallsDrawBellowsMasksOrAtensWithDropoutMasksTorch) {
   EXPECT_FALSE(m.run("forward", {{"", "x"}}, b).toTensor().equal(aten)) << "parallel masks are other draws";
   m.eval();
   EXPECT_TRUE(m.run("forward", {{"", "x"}}, b).toTensor().equal(at::mm(at::mm(b.tensors["x"], wa), wb)));
+  set_dropout_masks(saved);
+}
+
+TEST(Scripted, AttentionCallsDrawTheirDropoutWithBellowsMasks) {
+  const DropoutMasks saved = dropout_masks();
+  torch::jit::GraphOptimizerEnabledGuard optimize(false);
+  torch::jit::Module m("Attn");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("wq", at::randn({4, 4}).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, x):
+    q = torch.matmul(x, self.wq).unsqueeze(1)
+    p = 0.5 if self.training else 0.0
+    return torch.scaled_dot_product_attention(q, q, q, None, p)
+)JIT");
+  const fs::path path = fs::path(::testing::TempDir()) / "attention.pt";
+  m.save(path.string());
+  ScriptedModule s(path);
+  EXPECT_EQ(s.routed_calls().attention, 1);
+  EXPECT_EQ(s.routed_calls().dropout, 0);
+  data::Batch b;
+  b.tensors["x"] = at::randn({3, 7, 4});
+  const at::Tensor wq = s.named_parameters()["wq"];
+  const at::Tensor q = at::matmul(b.tensors["x"], wq).unsqueeze(1);
+  for (DropoutMasks masks : {DropoutMasks::kParallel, DropoutMasks::kTorch}) {
+    set_dropout_masks(masks);
+    torch::manual_seed(5);
+    const at::Tensor out = s.run("forward", {{"", "x"}}, b).toTensor();
+    torch::manual_seed(5);
+    const at::Tensor want = masks == DropoutMasks::kTorch ? at::scaled_dot_product_attention(q, q, q, std::nullopt, 0.5)
+                                                          : models::scaled_dot_product_attention(q, q, q, std::nullopt, 0.5);
+    EXPECT_TRUE(out.equal(want)) << (masks == DropoutMasks::kTorch ? "torch" : "parallel");
+  }
   set_dropout_masks(saved);
 }
 

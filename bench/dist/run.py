@@ -6,7 +6,10 @@ data parallel on the same cores), and from bellows' step records the communicati
 (first bucket launched to last one done) and comm_wait_ms (what the step waited for after backward), so that
 1 - wait/comm is the fraction of the communication hidden behind backward.
 
-    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--out DIR]
+With --zero1, 2 processes under dist.strategy zero1 (the optimizer state sharded: dist/zero.h) at the first bucket
+size too: the cost of the parameters' broadcasts after each step against ddp.
+
+    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--zero1] [--out DIR]
 """
 import argparse
 import json
@@ -31,12 +34,14 @@ def trial(workload, args, data, system, bucket_mb, t):
     name = f"{workload}-{system}-{bucket_mb:g}-t{t}"
     out = os.path.join(args.work, "runs")
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-    procs = 2 if system == "2x1" else 1
+    procs = 2 if system.startswith("2x1") else 1
     batch = w.batch_size // procs  # the same global batch
     train = ["train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}", f"data.path={data}", "data.val_fraction=0",
              f"data.batch_size={batch}", f"train.max_steps={warmup + steps}", "train.epochs=1000", f"train.log_every_n_steps={warmup}",
              "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 // procs}", "precision=fp32",
              "schedule.type=constant", "schedule.warmup_steps=0", f"dist.bucket_mb={bucket_mb}", *w.bellows_overrides]
+    if system == "2x1-zero1":
+        train.append("dist.strategy=zero1")
     bellows = os.path.join(args.bin, "bellows")
     cmd = [bellows, "launch", "-n", "2", "--master-port", str(args.port), "--", *train] if procs == 2 else [bellows, *train]
     run(cmd, os.path.join(args.work, f"{name}.log"))
@@ -56,6 +61,7 @@ def main():
     ap.add_argument("workloads", nargs="*", help="W1 ... W7 (default: W1 W3)")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, action="append", help="repeatable; default 25 and 1")
+    ap.add_argument("--zero1", action="store_true", help="also 2 processes under dist.strategy zero1 (first bucket size)")
     ap.add_argument("--port", type=int, default=29731)
     ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-bench"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
@@ -71,12 +77,12 @@ def main():
     args.data_root = os.path.join(args.out, "data")
     os.makedirs(args.work, exist_ok=True)
     buckets = args.bucket_mb or [25.0, 1.0]
-    lines = ["| workload | global batch | 1 process x 2 threads, samples/s | bucket MiB | 2 processes x 1 thread, samples/s | "
-             "2x1 / 1x2 | comm ms/step | waited ms/step | comm hidden behind backward |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | global batch | 1 process x 2 threads, samples/s | strategy | bucket MiB | 2 processes x 1 thread, samples/s | "
+             "2x1 / 1x2 | comm ms/step | waited ms/step | comm hidden behind backward |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for workload in args.workloads:
         data = data_for(workload, args)
-        systems = [("1x2", buckets[0])] + [("2x1", b) for b in buckets]
+        systems = [("1x2", buckets[0])] + [("2x1", b) for b in buckets] + ([("2x1-zero1", buckets[0])] if args.zero1 else [])
         results = {s: [] for s in systems}
         for t in range(args.trials):
             rotated = systems[t % len(systems):] + systems[:t % len(systems)]
@@ -93,12 +99,13 @@ def main():
             wait = statistics.median(x["comm_wait_ms"] for x in results[s])
             v = [x["samples_per_s"] for x in results[s]]
             o = [x["samples_per_s"] for x in one]
-            row = {"workload": workload, "batch": peer.WORKLOADS[workload].batch_size, "bucket_mb": s[1], "one_by_two": med[systems[0]],
+            strategy = "zero1" if s[0] == "2x1-zero1" else "ddp"
+            row = {"workload": workload, "batch": peer.WORKLOADS[workload].batch_size, "strategy": strategy, "bucket_mb": s[1], "one_by_two": med[systems[0]],
                    "two_by_one": med[s], "ratio": med[s] / med[systems[0]], "comm_ms": comm, "wait_ms": wait,
                    "hidden": 1 - wait / comm if comm > 0 else 0.0, "trials": {"1x2": o, "2x1": v}}
             rows.append(row)
             lines.append(f"| {workload} {peer.WORKLOADS[workload].name} | {row['batch']} | {med[systems[0]]:.0f} ({min(o):.0f}-{max(o):.0f}) | "
-                         f"{s[1]:g} | {med[s]:.0f} ({min(v):.0f}-{max(v):.0f}) | {row['ratio']:.2f} | {comm:.2f} | {wait:.2f} | "
+                         f"{strategy} | {s[1]:g} | {med[s]:.0f} ({min(v):.0f}-{max(v):.0f}) | {row['ratio']:.2f} | {comm:.2f} | {wait:.2f} | "
                          f"{100 * row['hidden']:.0f}% |")
     write_results(args.out, "bench/dist/run.sh", {"rows": rows}, "\n".join(lines) + "\n")
     return 0

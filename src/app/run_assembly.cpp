@@ -22,6 +22,7 @@
 #include "bellows/models/dropout.h"
 #include "bellows/plan/batch_size.h"
 #include "bellows/plan/checkpointing.h"
+#include "bellows/train/step_graph.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
 
@@ -55,12 +56,14 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
   if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
   // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
-  std::int64_t param_bytes = 0;
-  for (const auto& t : trainer.optimizer().parameters()) param_bytes += t.numel() * t.element_size();
+  // Under zero1 the optimizer holds this rank's share.
+  std::int64_t param_bytes = 0, shard_bytes = 0;
+  for (const auto& t : trainer.trainable()) param_bytes += t.numel() * t.element_size();
+  for (const auto& t : trainer.optimizer().parameters()) shard_bytes += t.numel() * t.element_size();
   const std::string optimizer = config::get_string(c, "optim.type");
   const int states = optimizer == "sgd" ? (config::get_double(c, "optim.momentum") > 0 ? 1 : 0) : 2;
   const int copies = states + (config::get_bool(c, "ema.enabled") ? 1 : 0);
-  request.later_bytes = param_bytes * copies;
+  request.later_bytes = shard_bytes * states + param_bytes * (copies - states);
   // On the CPU a checkpoint's host copy of the weights and that state is tensor memory too, while training goes on.
   if (p.device.is_cpu() && config::get_bool(c, "checkpoint.enabled")) request.later_bytes += param_bytes * (1 + copies);
   std::optional<data::Batch> batch;  // the loaded batch's samples, fetched once; trials take the first b
@@ -236,6 +239,7 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   } else {
     StrategySetup strategy = make_strategy(c, process, a.plan);
     a.strategy = strategy.strategy;
+    a.strategy_described = a.strategy->describe();
     a.plan.entries.push_back(strategy.entry);
     obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
     a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
@@ -305,6 +309,12 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   t.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(a.plan.to_json())}};
   a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
   Trainer& trainer = *a.trainer;
+  if (ranks.shards_optimizer()) {  // each rank's share exists once the trainer has given the strategy its parameters
+    for (plan::PlanEntry& e : a.plan.entries) {
+      const auto at = e.key == "strategy" ? e.reason.find(a.strategy_described) : std::string::npos;
+      if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), ranks.describe());
+    }
+  }
   // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
   std::optional<plan::PlanEntry> micro_batch;
   std::int64_t planned_split = 1;

@@ -34,6 +34,7 @@ struct AssemblyOptions : RunOptions {
 struct AssembledRun {
   plan::Plan plan;  // every row, the ones decided with the model included (what plan.json holds)
   std::shared_ptr<dist::Strategy> strategy;
+  std::string strategy_described;  // its describe() in the plan row, before the trainer sharded anything
   std::optional<Loaders> loaders;  // a run's data; online training's sessions make their own
   models::BuiltModel model;
   std::unique_ptr<train::Trainer> trainer;

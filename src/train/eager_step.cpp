@@ -88,7 +88,8 @@ GradientReport EagerStep::optimizer_phase(std::int64_t number) {
   // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
   const at::Tensor nonfinite = (report.norm - report.norm).ne(0).to(at::kFloat);
   report.skipped = p_.precision.step_on_device(p_.params, nonfinite, [&](const at::Tensor& found_inf) { p_.optimizer.step(found_inf); });
-  p_.optimizer.zero_grad();
+  p_.strategy.finish_update();  // zero1: each rank updated its share; the owners' parameters to every rank
+  clear_gradients(p_.params);
   return report;
 }
 

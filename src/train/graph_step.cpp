@@ -110,7 +110,7 @@ StepResult GraphStep::run(StepBatches& batches) {
                                batches.number(), report_current_exception().message));
         // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count, and the
         // optimizer state it created (its initialising kernels were captured, never run).
-        p_.optimizer.zero_grad();
+        clear_gradients(p_.params);
         p_.optimizer.drop_state_since(had_state);
         p_.precision.abandon_step();
         p_.optimizer.set_steps(optimizer_steps);

@@ -134,13 +134,8 @@ bool fused_kernel_available(const at::Tensor& param) {
          param.layout() == at::kStrided && param.is_non_overlapping_and_dense();
 }
 
-Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
-    : options_(std::move(options)), lr_(options_.lr) {
-  validate(options_);
-  adam_ = options_.type != "sgd";
-  decoupled_ = options_.type == "adamw";
-
-  ParamGroup decay{"decay", {}, {}, options_.weight_decay};
+std::vector<ParamGroup> param_groups(const NamedParameters& params, const OptimizerOptions& options) {
+  ParamGroup decay{"decay", {}, {}, options.weight_decay};
   ParamGroup plain{"no_decay", {}, {}, 0.0};
   std::unordered_set<const void*> seen_tensors;
   std::set<std::string> seen_names;
@@ -159,16 +154,16 @@ Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
                          fmt::format("parameter '{}' has dtype {}, the optimizer needs floating point", name,
                                      c10::toString(p.scalar_type())),
                          "freeze it (train.freeze) or make it a buffer");
-    if (options_.implementation == "fused") {
+    if (options.implementation == "fused") {
       BELLOWS_CHECK_CONFIG(
           fused_kernel_available(p),
           fmt::format("optim.implementation is 'fused' but parameter '{}' ({} {} on {}) has no fused "
                       "{} kernel",
-                      name, c10::toString(p.scalar_type()), shape_of(p), p.device().str(), options_.type),
+                      name, c10::toString(p.scalar_type()), shape_of(p), p.device().str(), options.type),
           "set optim.implementation to auto or foreach (fused kernels: CPU and CUDA; float32, "
           "float64, float16, bfloat16; dense tensors)");
     }
-    ParamGroup& group = no_decay(name, p, options_.no_decay_patterns) ? plain : decay;
+    ParamGroup& group = no_decay(name, p, options.no_decay_patterns) ? plain : decay;
     group.names.push_back(name);
     group.params.push_back(p);
   }
@@ -176,9 +171,27 @@ Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
       !seen_tensors.empty(),
       fmt::format("the optimizer has no trainable parameter ({} given, {} frozen)", params.size(), frozen),
       "check train.freeze: at least one parameter must require gradients");
+  std::vector<ParamGroup> groups;
   for (auto* g : {&decay, &plain}) {
-    if (!g->params.empty()) groups_.push_back(std::move(*g));
+    if (!g->params.empty()) groups.push_back(std::move(*g));
   }
+  return groups;
+}
+
+NamedParameters trainable_parameters(const NamedParameters& params, const OptimizerOptions& options) {
+  NamedParameters out;
+  for (const ParamGroup& g : param_groups(params, options)) {
+    for (std::size_t i = 0; i < g.params.size(); ++i) out.emplace_back(g.names[i], g.params[i]);
+  }
+  return out;
+}
+
+Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
+    : options_(std::move(options)), lr_(options_.lr) {
+  validate(options_);
+  adam_ = options_.type != "sgd";
+  decoupled_ = options_.type == "adamw";
+  groups_ = param_groups(params, options_);
 
   fused_ = options_.implementation == "fused";
   if (options_.implementation == "auto") {
@@ -247,6 +260,13 @@ void Optimizer::use_lr_tensor(c10::Device device) {
   BELLOWS_CHECK_CONFIG(fused_, "a learning rate on the device needs the fused optimizer kernels",
                        "set optimizer.implementation: fused (or auto where every parameter has a fused kernel)");
   if (!lr_tensor_.defined()) lr_tensor_ = at::full({}, lr_, at::TensorOptions().dtype(at::kFloat).device(device));
+}
+
+void clear_gradients(const std::vector<at::Tensor>& params) {
+  for (const at::Tensor& p : params) {
+    at::Tensor t = p;
+    t.mutable_grad().reset();
+  }
 }
 
 void Optimizer::zero_grad() {
@@ -473,6 +493,17 @@ StateDict Optimizer::state_dict() const {
         out["momentum_buffer." + name] = momentum_buffer_[g][i];
       }
     }
+  }
+  return out;
+}
+
+StateDict Optimizer::own_entries(const StateDict& state) const {
+  std::set<std::string> names;
+  for (const auto& group : groups_) names.insert(group.names.begin(), group.names.end());
+  StateDict out;
+  for (const auto& [key, value] : state) {
+    const auto dot = key.find('.');
+    if (dot == std::string::npos || names.count(key.substr(dot + 1)) != 0) out.emplace(key, value);
   }
   return out;
 }

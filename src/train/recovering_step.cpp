@@ -114,7 +114,7 @@ void RecoveringStep::split(std::int64_t batch_size, std::int64_t number, const s
   const std::int64_t micro_batch = (batch_size + p_.split.parts - 1) / p_.split.parts;
   // Everything the step's micro-batches changed goes back to how it was before the step: gradients, buffers,
   // RNG states. What the failed attempt held was released with the exception; the cached blocks go too.
-  p_.optimizer.zero_grad();
+  clear_gradients(p_.params);
   undo_.restore();
   obs::release_cached_memory(p_.options.device);
   p_.split.parts *= 2;

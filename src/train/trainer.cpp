@@ -85,7 +85,15 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   }
   if (!options_.freeze.empty()) frozen_ = freeze(bellows::named_parameters(*model_), options_.freeze);
   precision_->configure_backends();
-  optimizer_ = std::make_unique<Optimizer>(bellows::named_parameters(*model_), options_.optimizer);
+  // What trains, in the optimizer's order; a sharded strategy (zero1) gives this rank's optimizer only its share.
+  const NamedParameters trainable = trainable_parameters(bellows::named_parameters(*model_), options_.optimizer);
+  for (const auto& [name, p] : trainable) params_.push_back(p);
+  const std::vector<bool> mine = options_.strategy->shard(params_);
+  NamedParameters owned;
+  for (std::size_t i = 0; i < trainable.size(); ++i) {
+    if (mine[i]) owned.push_back(trainable[i]);
+  }
+  optimizer_ = std::make_unique<Optimizer>(owned, options_.optimizer);
   if (options_.ema) ema_ = std::make_unique<Ema>(bellows::named_state(*model_), *options_.ema);
   recorder_ = std::make_unique<Recorder>(options_, *precision_);
   keeper_ = std::make_unique<CheckpointKeeper>(options_.checkpoint, *options_.strategy, task_->monitor(), task_->lower_is_better(),
@@ -156,7 +164,6 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   if (options_.max_steps > 0) planned = std::min(planned, first_step_ + options_.max_steps);
 
   // --- set-up: records, the schedule (sessions: built once), replicas, how steps run ---
-  params_ = optimizer_->parameters();
   recorder_->start_fit(options_.epochs, batches_per_epoch, planned, step_, parameter_names(*model_, params_));
   keeper_->start_fit();
   if (!options_.sessions) schedule_ = build_schedule(planned);
@@ -299,7 +306,7 @@ std::optional<std::int64_t> Trainer::measure_step_memory(const data::Batch& batc
   undo.save();
   const bool was_training = model_->is_training();
   const auto put_back = [&] {
-    optimizer_->zero_grad();
+    clear_gradients(params_);
     undo.restore();
     model_->train(was_training);
   };
@@ -343,7 +350,9 @@ StateDict Trainer::state_dict() const {
 }
 
 void Trainer::load_state_dict(const StateDict& state) {
-  optimizer_->load_state_dict(sub_dict(state, "optim"));
+  // The state of every parameter's optimizer (whatever strategy wrote it): a sharded optimizer takes its share.
+  const StateDict optim = sub_dict(state, "optim");
+  optimizer_->load_state_dict(options_.strategy->shards_optimizer() ? optimizer_->own_entries(optim) : optim);
   precision_->load_state_dict(sub_dict(state, "precision"));
   pending_schedule_state_ = sub_dict(state, "schedule");  // the schedule is built when fit() knows the plan
   if (schedule_ && !pending_schedule_state_.empty()) {     // sessions: built already
@@ -362,7 +371,17 @@ void Trainer::load_state_dict(const StateDict& state) {
 }
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
-  return keeper_->save(step_, reason, wait, [&] { return snapshot(train); });
+  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step); the
+  // other strategies hand the local state back as it is.
+  StateDict optimizer_state = options_.strategy->gather_state(optimizer_->state_dict());
+  return keeper_->save(step_, reason, wait, [&] {
+    ckpt::Checkpoint c = snapshot(train);
+    if (options_.strategy->shards_optimizer()) {
+      std::erase_if(c.state, [](const auto& kv) { return kv.first.rfind("optim.", 0) == 0; });
+      merge_prefixed(c.state, "optim", to_host(optimizer_state));
+    }
+    return c;
+  });
 }
 
 void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }

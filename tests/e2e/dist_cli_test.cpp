@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/safetensors.h"
 #include "run_cli.h"
 
@@ -253,6 +254,53 @@ TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
   ASSERT_EQ(alone.code, 0) << alone.out << alone.err;
   EXPECT_THAT(alone.out, HasSubstr("the checkpoint was written by 2 process(es), this run has 1"));
   EXPECT_THAT(alone.out, HasSubstr(fmt::format("optimizer steps   {}", at + 15)));
+}
+
+// The optimizer state of a run's newest checkpoint (state.bin's "optim." entries).
+std::map<std::string, at::Tensor> dist_optimizer_state(const fs::path& run) {
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints")) {
+    if (fs::exists(e.path() / "state.bin") && e.path().filename() > newest.filename()) newest = e.path();
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [key, t] : bellows::ckpt::load_checkpoint(newest).state) {
+    if (key.rfind("optim.", 0) == 0) out.emplace(key, t);
+  }
+  return out;
+}
+
+TEST(DistCli, Zero1TrainsAsDdpAndCheckpointsResumeAcrossStrategiesAndWorldSizes) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_zero1");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 29) % 20000);
+  const std::string extra = "precision=fp32 data.shuffle=true train.accumulation_steps=2 train.clip_max_norm=0.05 ema.enabled=true "
+                            "train.eval_every_n_steps=0 train.epochs=100000";
+  auto launch = [&](const std::string& name, const std::string& more) {
+    const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + dist_args(csv, dir, name, 8, extra + " " + more));
+    EXPECT_EQ(r.code, 0) << name << " " << more << "\n" << r.out << r.err;
+    return r;
+  };
+  const CliResult zero = launch("zero", "dist.strategy=zero1 train.max_steps=8");
+  launch("ddp", "dist.strategy=ddp train.max_steps=8");
+  EXPECT_THAT(zero.out, HasSubstr("strategy         zero1"));
+  EXPECT_THAT(zero.out, HasSubstr("optimizer state sharded (zero1)"));
+  // The same arithmetic on the same gradients: the weights and the (gathered) optimizer state are ddp's, bitwise.
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero"), dist_final_weights(dir / "ddp")), 0.0);
+  const auto zero_state = dist_optimizer_state(dir / "zero"), ddp_state = dist_optimizer_state(dir / "ddp");
+  ASSERT_EQ(zero_state.size(), ddp_state.size());
+  ASSERT_GT(zero_state.size(), 6u);  // lr, steps and, per parameter, step, exp_avg, exp_avg_sq
+  for (const auto& [key, t] : ddp_state) {
+    ASSERT_TRUE(zero_state.count(key)) << key;
+    EXPECT_TRUE(zero_state.at(key).equal(t)) << key;
+  }
+  // Each checkpoint goes on under the other strategy: still equal, bitwise.
+  launch("zero", "dist.strategy=ddp train.max_steps=12 resume=auto");
+  launch("ddp", "dist.strategy=zero1 train.max_steps=12 resume=auto");
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero"), dist_final_weights(dir / "ddp")), 0.0);
+  // One process resumes the two-rank checkpoint (the whole optimizer state is in it).
+  const CliResult alone = run_cli(dist_args(csv, dir, "ddp", 8, extra + " train.max_steps=14 resume=auto"));
+  ASSERT_EQ(alone.code, 0) << alone.out << alone.err;
+  EXPECT_THAT(alone.out, HasSubstr("optimizer steps   14"));
 }
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) {

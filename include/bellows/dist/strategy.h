@@ -1,6 +1,7 @@
 // How the replicas of a model meet: the Trainer's one seam for everything that depends on the number of
 // processes. `SingleDevice` (one process) is always built and is what every single-process run goes
-// through; `Ddp` (dist/ddp.h) is data parallel over c10d. The training loop never branches on the world size:
+// through; `Ddp` (dist/ddp.h) is data parallel over c10d; `Zero1` (dist/zero.h) is Ddp with the optimizer state
+// sharded over the ranks. The training loop never branches on the world size:
 // it calls backward() (inside no_sync() for accumulation micro-steps), finish_gradients() before the optimizer,
 // all_reduce_sum() for meters, and writes files only where is_main().
 #pragma once
@@ -12,13 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "bellows/util/state_dict.h"  // defines: StateDict
+
 namespace bellows::dist {
 
 class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  virtual std::string name() const = 0;  // "single" | "ddp"
+  virtual std::string name() const = 0;  // "single" | "ddp" | "zero1"
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
   virtual int local_rank() const { return 0; }
@@ -54,6 +57,17 @@ class Strategy {
   // bucket's launch to the last one's completion, and comm_wait_ms, the part of it the step waited for after
   // backward). Empty for one process.
   virtual std::vector<std::pair<std::string, double>> metrics() { return {}; }
+
+  // Sharded optimizer state (zero1: dist/zero.h). shard(params): which of the trainable parameters (in the
+  // trainer's order, the same on every rank) this rank's optimizer updates; every one of them everywhere, except
+  // where the strategy shards the optimizer, which gives each parameter one owner rank. finish_update(): after the
+  // optimizer step, each owner's updated parameters to every rank. gather_state(): the optimizer state of every
+  // rank merged (rank 0 gets the whole dict; the others an empty one) for a checkpoint: a collective every rank
+  // calls. A strategy that does not shard returns `local` itself.
+  virtual bool shards_optimizer() const { return false; }
+  virtual std::vector<bool> shard(const std::vector<at::Tensor>& params) { return std::vector<bool>(params.size(), true); }
+  virtual void finish_update() {}
+  virtual StateDict gather_state(const StateDict& local) { return local; }
 
   // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
   class NoSync {

@@ -44,6 +44,17 @@ struct ParamGroup {
 // dense, non-overlapping memory). "auto" uses the fused kernels when this holds for every parameter.
 bool fused_kernel_available(const at::Tensor& param);
 
+// The trainable parameters grouped as an optimizer groups them: weight decay ("decay") first, then "no_decay";
+// frozen ones left out, a tied tensor kept once under its first name. The constructor's checks and errors.
+std::vector<ParamGroup> param_groups(const NamedParameters& params, const OptimizerOptions& options);
+// Those groups' parameters in order, with their names: the trainer's list of what trains (also where a sharded
+// strategy gives this rank's optimizer only some of them).
+NamedParameters trainable_parameters(const NamedParameters& params, const OptimizerOptions& options);
+
+// Sets the gradients of `params` to undefined (no memset, no memory held): the step's end for every trainable
+// parameter, also those a sharded strategy's optimizer does not update on this rank.
+void clear_gradients(const std::vector<at::Tensor>& params);
+
 class Optimizer {
  public:
   // `params`: named parameters; those with requires_grad == false are left out, a tensor listed twice
@@ -96,6 +107,9 @@ class Optimizer {
   // entry for a parameter this optimizer does not have is a kData error naming the entry; on error the
   // optimizer is left unchanged.
   void load_state_dict(const StateDict& state);
+  // The entries of a whole model's optimizer state that belong to this optimizer's parameters, with "lr" and
+  // "steps": what a rank of a sharded optimizer (dist.strategy zero1) loads from a checkpoint of every parameter.
+  StateDict own_entries(const StateDict& state) const;
 
  private:
   void update(const at::Tensor& found_inf);  // step() after the skip decision; found_inf: none, or on-device skip

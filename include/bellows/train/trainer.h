@@ -49,7 +49,8 @@ class Trainer {
   std::vector<std::pair<std::string, double>> evaluate(data::BatchSource& val);
 
   torch::nn::Module& model() { return *model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }  // under zero1: this rank's share of the parameters
+  const std::vector<at::Tensor>& trainable() const { return params_; }  // every trainable parameter
   precision::Precision& precision() { return *precision_; }
   Ema* ema() { return ema_.get(); }
   dist::Strategy& strategy() { return *options_.strategy; }
@@ -60,7 +61,7 @@ class Trainer {
   // they were. std::nullopt when the device's memory is not counted (obs/memory.h).
   std::optional<std::int64_t> measure_step_memory(const data::Batch& batch);
 
-  StateDict state_dict() const;  // optimizer, precision, schedule, EMA and counters (not the weights)
+  StateDict state_dict() const;  // optimizer (this rank's under zero1), precision, schedule, EMA and counters (not the weights)
   void load_state_dict(const StateDict& state);
 
   // A checkpoint of everything needed to continue exactly: weights, this state_dict, the data position of
@@ -111,7 +112,8 @@ class Trainer {
   std::vector<std::string> frozen_;
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<CheckpointKeeper> keeper_;
-  std::vector<at::Tensor> params_;   // the optimizer's parameters, in its order (from fit())
+  std::vector<at::Tensor> params_;   // the trainable parameters, in the optimizer's order (under zero1 the
+                                     // optimizer updates this rank's share of them)
   MicroSplit split_;                 // each loaded batch runs as split_.parts micro-batches (out-of-memory recovery)
   bool stop_on_nonfinite_ = false;   // on_nonfinite resolved for the precision
   std::int64_t step_ = 0;            // optimizer steps taken, skipped ones included

@@ -6,11 +6,10 @@
 #include "bellows/dist/ddp.h"
 #include "bellows/dist/registry.h"
 #include "bellows/util/check.h"
+#include "dist/strategies/ddp_keys.h"
 
 namespace bellows::dist {
-namespace {
 
-// The dist.* keys of DdpOptions, bound once (config/binding.h).
 const config::Binding<DdpOptions>& ddp_binding() {
   return config::bound<DdpOptions>("dist.", [](config::Binding<DdpOptions>& b) {
     b.key("backend", &DdpOptions::backend, "c10d backend: auto (nccl on CUDA, gloo on the CPU), gloo or nccl")
@@ -21,6 +20,19 @@ const config::Binding<DdpOptions>& ddp_binding() {
   });
 }
 
+DdpOptions read_ddp_options(const StrategyRequest& r) {
+  const config::Config& c = r.config;
+  DdpOptions o = ddp_binding().read(c);
+  if (o.backend == "auto") o.backend = r.device.is_cuda() ? "nccl" : "gloo";
+  BELLOWS_CHECK_CONFIG(o.backend != "nccl" || r.device.is_cuda(),
+                       fmt::format("dist.backend is nccl ({}) but the device is {}", c.origin("dist.backend").str(), r.device.str()),
+                       "NCCL reduces CUDA tensors: use dist.backend: gloo (or auto) on the CPU");
+  o.config_hash = r.config_hash;
+  return o;
+}
+
+namespace {
+
 StrategyEntry ddp_strategy() {
   StrategyEntry e;
   e.name = "ddp";
@@ -28,16 +40,7 @@ StrategyEntry ddp_strategy() {
   e.several_processes = true;
   e.auto_preference = 1;
   e.add_keys = [](config::Schema& s) { ddp_binding().declare(s); };
-  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> {
-    const config::Config& c = r.config;
-    DdpOptions o = ddp_binding().read(c);
-    if (o.backend == "auto") o.backend = r.device.is_cuda() ? "nccl" : "gloo";
-    BELLOWS_CHECK_CONFIG(o.backend != "nccl" || r.device.is_cuda(),
-                         fmt::format("dist.backend is nccl ({}) but the device is {}", c.origin("dist.backend").str(), r.device.str()),
-                         "NCCL reduces CUDA tensors: use dist.backend: gloo (or auto) on the CPU");
-    o.config_hash = r.config_hash;
-    return std::make_shared<Ddp>(r.process, o);
-  };
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Ddp>(r.process, read_ddp_options(r)); };
   return e;
 }
 

@@ -28,8 +28,10 @@ inline int free_port() {
   return ntohs(a.sin_port);
 }
 
-// Runs fn(rank) on `world` threads, each with its own Ddp; rethrows the first exception.
-inline void run_ranks(int world, const DdpOptions& options, const std::function<void(Ddp&, int)>& fn) {
+// Runs fn(strategy, rank) on `world` threads, each with its own S (Ddp, Zero1: built from ProcessInfo and
+// DdpOptions); rethrows the first exception.
+template <typename S>
+inline void run_strategy_ranks(int world, const DdpOptions& options, const std::function<void(S&, int)>& fn) {
   const int saved = at::get_num_threads();
   at::set_num_threads(1);
   const int port = free_port();
@@ -44,8 +46,8 @@ inline void run_ranks(int world, const DdpOptions& options, const std::function<
         p.local_rank = r;
         p.local_world_size = world;
         p.master_port = port;
-        Ddp ddp(p, options);
-        fn(ddp, r);
+        S strategy(p, options);
+        fn(strategy, r);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -56,6 +58,10 @@ inline void run_ranks(int world, const DdpOptions& options, const std::function<
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+inline void run_ranks(int world, const DdpOptions& options, const std::function<void(Ddp&, int)>& fn) {
+  run_strategy_ranks<Ddp>(world, options, fn);
 }
 
 }  // namespace bellows::dist

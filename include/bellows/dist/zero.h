@@ -1,0 +1,77 @@
+// dist.strategy: zero1 -- data parallel with the optimizer state sharded over the ranks: stage 1 of ZeRO
+// (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020), on c10d.
+//
+// Gradients are averaged exactly as Ddp averages them (dist/ddp.h: buckets whose all-reduce overlaps backward), so
+// every rank clips, unscales and decides a skipped step alike. Each trainable parameter then has one owner rank,
+// and only the owner's optimizer keeps its state (Adam's moments, SGD's momentum) and updates it; finish_update()
+// broadcasts each owner's updated parameters to the others, one flat buffer per owner, dtype and device. The update
+// is the same elementwise arithmetic on the same gradients as under ddp, so the weights stay bitwise those of a ddp
+// run. Owners are whole tensors, assigned in the trainer's order, each to the rank with the fewest elements so far
+// (lowest rank on a tie), as PyTorch's ZeroRedundancyOptimizer partitions: shards of about 1/world of the elements.
+//
+// Per rank: weights and gradients as ddp, optimizer state about 1/world of ddp's. Per step each rank sends and
+// receives the gradient all-reduce (2x the parameters' bytes, as ddp) plus the broadcasts of the other ranks'
+// shards (about (world-1)/world x the parameters' bytes). A checkpoint gathers every rank's optimizer state on
+// rank 0 (gather_state), so it is the file a ddp run writes, and any strategy and world size resumes it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bellows/dist/ddp.h"       // defines: Ddp, DdpOptions
+#include "bellows/dist/strategy.h"  // defines: Strategy
+
+namespace bellows::dist {
+
+class Zero1 final : public Strategy {
+ public:
+  // Joins the job as Ddp does (the same errors).
+  Zero1(const ProcessInfo& info, DdpOptions options);
+  ~Zero1() override;
+  Zero1(const Zero1&) = delete;
+  Zero1& operator=(const Zero1&) = delete;
+
+  std::string name() const override { return "zero1"; }
+  int rank() const override { return ddp_->rank(); }
+  int world_size() const override { return ddp_->world_size(); }
+  int local_rank() const override { return ddp_->local_rank(); }
+  std::string describe() const override;
+
+  void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override { ddp_->setup(model, params); }
+  void sync_buffers(torch::nn::Module& model) override { ddp_->sync_buffers(model); }
+  void backward(const at::Tensor& loss) override;
+  void finish_gradients() override { ddp_->finish_gradients(); }
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) override { ddp_->all_reduce_sum(tensors); }
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override { ddp_->broadcast(tensors, root); }
+  void barrier() override { ddp_->barrier(); }
+  std::vector<bool> agree(std::vector<bool> flags) override { return ddp_->agree(std::move(flags)); }
+  std::vector<std::pair<std::string, double>> metrics() override { return ddp_->metrics(); }
+
+  bool shards_optimizer() const override { return true; }
+  // kConfig error when there are fewer trainable tensors than ranks (a rank would own nothing).
+  std::vector<bool> shard(const std::vector<at::Tensor>& params) override;
+  void finish_update() override;
+  StateDict gather_state(const StateDict& local) override;
+
+  // The owner rank of each parameter of the last shard() call, in its order; the elements each rank owns.
+  const std::vector<int>& owners() const { return owners_; }
+  std::vector<std::int64_t> shard_elements() const;
+
+ private:
+  struct Flat {  // one broadcast: an owner's parameters of one dtype and device
+    int owner = 0;
+    std::vector<at::Tensor> params;
+    std::int64_t numel = 0;
+  };
+  std::unique_ptr<Ddp> ddp_;
+  std::vector<at::Tensor> params_;
+  std::vector<int> owners_;
+  std::vector<Flat> flats_;
+};
+
+// The owners ZeRO-1 gives `numels` (whole tensors, in order, each to the rank with the fewest elements so far,
+// the lowest on a tie). `same_as[i]` >= 0: tensor i is tensor same_as[i] (tied weights) and gets its owner.
+std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const std::vector<int>& same_as, int world_size);
+
+}  // namespace bellows::dist

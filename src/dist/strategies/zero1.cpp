@@ -1,0 +1,24 @@
+// dist.strategy: zero1 -- data parallel with the optimizer state sharded over the ranks (dist/zero.h). Its keys are
+// ddp's (dist.backend, dist.bucket_mb, dist.broadcast_buffers, dist.timeout_s), declared by the ddp entry.
+#include "bellows/dist/registry.h"
+#include "bellows/dist/zero.h"
+#include "dist/strategies/ddp_keys.h"
+
+namespace bellows::dist {
+namespace {
+
+StrategyEntry zero1_strategy() {
+  StrategyEntry e;
+  e.name = "zero1";
+  e.help = "data parallel with the optimizer state sharded over the processes (ZeRO stage 1): each rank keeps and updates 1/world of it";
+  e.several_processes = true;
+  e.auto_preference = 0;  // auto picks ddp; zero1 is asked for
+  e.add_keys = [](config::Schema&) {};
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero1>(r.process, read_ddp_options(r)); };
+  return e;
+}
+
+const StrategyRegistrar kZero1StrategyRegistered(zero1_strategy());
+
+}  // namespace
+}  // namespace bellows::dist

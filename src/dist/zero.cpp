@@ -1,0 +1,155 @@
+// Data parallel with sharded optimizer state; see zero.h.
+#include "bellows/dist/zero.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+
+#include "bellows/util/check.h"
+
+namespace bellows::dist {
+
+std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const std::vector<int>& same_as, int world_size) {
+  BELLOWS_CHECK(world_size >= 1 && same_as.size() == numels.size(), "assign_owners: bad arguments", "");
+  std::vector<std::int64_t> load(static_cast<std::size_t>(world_size), 0);
+  std::vector<int> owners(numels.size(), 0);
+  for (std::size_t i = 0; i < numels.size(); ++i) {
+    if (same_as[i] >= 0) {
+      owners[i] = owners[static_cast<std::size_t>(same_as[i])];
+      continue;
+    }
+    std::size_t best = 0;
+    for (std::size_t r = 1; r < load.size(); ++r) {
+      if (load[r] < load[best]) best = r;
+    }
+    owners[i] = static_cast<int>(best);
+    load[best] += numels[i];
+  }
+  return owners;
+}
+
+Zero1::Zero1(const ProcessInfo& info, DdpOptions options) : ddp_(std::make_unique<Ddp>(info, std::move(options))) {}
+Zero1::~Zero1() = default;
+
+std::string Zero1::describe() const {
+  std::string text = ddp_->describe() + "; optimizer state sharded (zero1)";
+  if (!owners_.empty()) {
+    const std::vector<std::int64_t> elements = shard_elements();
+    std::int64_t total = 0;
+    for (auto e : elements) total += e;
+    text += fmt::format(": the ranks update {} of {} parameter elements", fmt::join(elements, " / "), total);
+  }
+  return text;
+}
+
+void Zero1::backward(const at::Tensor& loss) {
+  // Accumulation micro-steps: this strategy's no_sync() reaches the Ddp whose hooks communicate.
+  std::optional<Strategy::NoSync> local;
+  if (!syncing()) local.emplace(ddp_->no_sync());
+  ddp_->backward(loss);
+}
+
+std::vector<bool> Zero1::shard(const std::vector<at::Tensor>& params) {
+  const int world = world_size();
+  std::vector<std::int64_t> numels;
+  std::vector<int> same_as;
+  std::unordered_map<const c10::TensorImpl*, int> first;
+  int distinct = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    numels.push_back(params[i].numel());
+    const auto [it, inserted] = first.emplace(params[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    same_as.push_back(inserted ? -1 : it->second);
+    distinct += inserted ? 1 : 0;
+  }
+  BELLOWS_CHECK_CONFIG(distinct >= world,
+                       fmt::format("dist.strategy is zero1 on {} ranks, but the model has {} trainable tensor(s): ZeRO-1 gives each "
+                                   "tensor one owner rank, and a rank with none has no optimizer to run",
+                                   world, distinct),
+                       "use dist.strategy: ddp for so small a model, or fewer ranks");
+  params_ = params;
+  owners_ = assign_owners(numels, same_as, world);
+  // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
+  flats_.clear();
+  std::map<std::tuple<int, int, std::string>, std::size_t> index;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (same_as[i] >= 0) continue;
+    const auto key = std::make_tuple(owners_[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
+    auto [it, inserted] = index.emplace(key, flats_.size());
+    if (inserted) flats_.push_back(Flat{owners_[i], {}, 0});
+    Flat& f = flats_[it->second];
+    f.params.push_back(params[i]);
+    f.numel += params[i].numel();
+  }
+  std::vector<bool> mine(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners_[i] == rank();
+  return mine;
+}
+
+std::vector<std::int64_t> Zero1::shard_elements() const {
+  std::vector<std::int64_t> elements(static_cast<std::size_t>(world_size()), 0);
+  for (const Flat& f : flats_) elements[static_cast<std::size_t>(f.owner)] += f.numel;
+  return elements;
+}
+
+void Zero1::finish_update() {
+  BELLOWS_CHECK(!owners_.empty(), "Zero1::finish_update() before shard()", "call shard() with the trainable parameters first");
+  at::NoGradGuard no_grad;
+  for (const Flat& f : flats_) {
+    const bool mine = f.owner == rank();
+    at::Tensor flat;
+    if (mine) {
+      std::vector<at::Tensor> pieces;
+      for (const at::Tensor& p : f.params) pieces.push_back(p.detach().reshape({-1}));
+      flat = at::cat(pieces);
+    } else {
+      flat = at::empty({f.numel}, f.params.front().options().requires_grad(false));
+    }
+    std::vector<at::Tensor> one{flat};
+    ddp_->broadcast(one, f.owner);
+    if (mine) continue;
+    std::int64_t offset = 0;
+    for (const at::Tensor& p : f.params) {
+      p.detach().copy_(one.front().narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+  }
+}
+
+StateDict Zero1::gather_state(const StateDict& local) {
+  // Each rank's entries, pickled (torch::pickle_save: tensors and their names, as torch.save writes them), are
+  // broadcast from that rank in turn: a size, then the bytes. Rank 0 merges them; the scalars every rank has
+  // ("lr", "steps") are rank 0's. Written here because c10d's C++ API has no object collectives.
+  StateDict merged;
+  const bool main = rank() == 0;
+  if (main) merged = local;
+  for (int r = 0; r < world_size(); ++r) {
+    std::vector<char> bytes;
+    if (r == rank()) {
+      c10::Dict<std::string, at::Tensor> dict;
+      for (const auto& [key, t] : local) dict.insert(key, t.detach().to(at::kCPU).contiguous());
+      bytes = torch::jit::pickle_save(c10::IValue(dict));
+    }
+    std::vector<at::Tensor> size{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
+    ddp_->broadcast(size, r);
+    const std::int64_t n = size.front().item<std::int64_t>();
+    std::vector<at::Tensor> payload{r == rank() ? at::from_blob(bytes.data(), {n}, at::kByte).clone() : at::empty({n}, at::kByte)};
+    ddp_->broadcast(payload, r);
+    if (!main || r == 0) continue;
+    const at::Tensor received = payload.front().to(at::kCPU).contiguous();
+    const auto* data = static_cast<const char*>(received.data_ptr());
+    const c10::IValue value = torch::jit::pickle_load(std::vector<char>(data, data + n));
+    for (const auto& entry : value.toGenericDict()) {
+      merged.emplace(entry.key().toStringRef(), entry.value().toTensor());  // emplace: rank 0's lr and steps stay
+    }
+  }
+  return main ? merged : StateDict{};
+}
+
+}  // namespace bellows::dist

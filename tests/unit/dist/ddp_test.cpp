@@ -29,19 +29,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::mutex g_init;  // the ranks are threads sharing the default generator: seeding and drawing one at a time
-
-struct Net : torch::nn::Module {
-  torch::nn::Linear a{nullptr}, b{nullptr}, head{nullptr};
-  explicit Net(std::uint64_t seed) {
-    const std::lock_guard lock(g_init);
-    torch::manual_seed(seed);
-    a = register_module("a", torch::nn::Linear(4, 8));
-    b = register_module("b", torch::nn::Linear(8, 8));
-    head = register_module("head", torch::nn::Linear(8, 1));
-  }
-  at::Tensor forward(const at::Tensor& x) { return head(b(a(x).tanh()).tanh()); }
-};
+using Net = TinyNet;
 
 std::vector<at::Tensor> grads_of(Net& n) {
   std::vector<at::Tensor> g;

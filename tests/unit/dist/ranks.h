@@ -6,8 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,6 +31,25 @@ inline int free_port() {
   close(fd);
   return ntohs(a.sin_port);
 }
+
+// The ranks are threads sharing the default generator: seeding and drawing one at a time.
+inline std::mutex& init_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// 4 -> hidden -> hidden -> 1 with tanh, its weights drawn from `seed`.
+struct TinyNet : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, head{nullptr};
+  explicit TinyNet(std::uint64_t seed, std::int64_t hidden = 8) {
+    const std::lock_guard lock(init_mutex());
+    torch::manual_seed(seed);
+    a = register_module("a", torch::nn::Linear(4, hidden));
+    b = register_module("b", torch::nn::Linear(hidden, hidden));
+    head = register_module("head", torch::nn::Linear(hidden, 1));
+  }
+  at::Tensor forward(const at::Tensor& x) { return head(b(a(x).tanh()).tanh()); }
+};
 
 // Runs fn(strategy, rank) on `world` threads, each with its own S (Ddp, Zero1: built from ProcessInfo and
 // DdpOptions); rethrows the first exception.

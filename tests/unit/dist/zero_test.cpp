@@ -5,11 +5,8 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/utils.h>
 
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "bellows/train/optimizer.h"
@@ -18,21 +15,7 @@
 #include "dist/ranks.h"
 
 namespace bellows::dist {
-namespace zero_test {  // named: the unity build puts ddp_test.cpp (its own Net) beside it
-
-std::mutex g_init;  // the ranks are threads sharing the default generator
-
-struct Net : torch::nn::Module {
-  torch::nn::Linear a{nullptr}, b{nullptr}, head{nullptr};
-  explicit Net(std::uint64_t seed) {
-    const std::lock_guard lock(g_init);
-    torch::manual_seed(seed);
-    a = register_module("a", torch::nn::Linear(4, 16));
-    b = register_module("b", torch::nn::Linear(16, 16));
-    head = register_module("head", torch::nn::Linear(16, 1));
-  }
-  at::Tensor forward(const at::Tensor& x) { return head(b(a(x).tanh()).tanh()); }
-};
+namespace {
 
 TEST(Zero1, OwnersAreWholeTensorsGivenToTheLeastLoadedRank) {
   // 10 -> r0; 1 -> r1; 1 -> r1 (2); 8 -> r1 (10); 5: a tie at 10, the lowest rank.
@@ -47,14 +30,14 @@ struct RankResult {
   StateDict local, gathered;
 };
 
-// `steps` AdamW steps of Net on rank-strided rows of one global batch, with the strategy S, as the trainer runs them.
+// `steps` AdamW steps of TinyNet on rank-strided rows of one global batch, with the strategy S, as the trainer runs them.
 template <typename S>
 std::vector<RankResult> train(int world, int steps) {
   torch::manual_seed(0);
   const at::Tensor x = at::randn({steps, 8, 4}), y = at::randn({steps, 8, 1});
   std::vector<RankResult> results(static_cast<std::size_t>(world));
   run_strategy_ranks<S>(world, DdpOptions{}, [&](S& s, int r) {
-    Net net(r == 0 ? 1 : 50 + static_cast<std::uint64_t>(r));  // other ranks start elsewhere: setup() equalises
+    TinyNet net(r == 0 ? 1 : 50 + static_cast<std::uint64_t>(r), 16);  // other ranks start elsewhere: setup() equalises
     train::OptimizerOptions o;
     o.lr = 1e-2;
     const NamedTensors trainable = train::trainable_parameters(bellows::named_parameters(net), o);
@@ -133,5 +116,5 @@ TEST(Zero1, FewerTrainableTensorsThanRanksIsAConfigError) {
   });
 }
 
-}  // namespace zero_test
+}  // namespace
 }  // namespace bellows::dist

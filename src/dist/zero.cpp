@@ -40,7 +40,7 @@ Zero1::~Zero1() = default;
 
 std::string Zero1::describe() const {
   std::string text = ddp_->describe() + "; optimizer state sharded (zero1)";
-  if (!owners_.empty()) {
+  if (!flats_.empty()) {
     const std::vector<std::int64_t> elements = shard_elements();
     std::int64_t total = 0;
     for (auto e : elements) total += e;
@@ -73,22 +73,21 @@ std::vector<bool> Zero1::shard(const std::vector<at::Tensor>& params) {
                                    "tensor one owner rank, and a rank with none has no optimizer to run",
                                    world, distinct),
                        "use dist.strategy: ddp for so small a model, or fewer ranks");
-  params_ = params;
-  owners_ = assign_owners(numels, same_as, world);
+  const std::vector<int> owners = assign_owners(numels, same_as, world);
   // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
   flats_.clear();
   std::map<std::tuple<int, int, std::string>, std::size_t> index;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (same_as[i] >= 0) continue;
-    const auto key = std::make_tuple(owners_[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
+    const auto key = std::make_tuple(owners[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
     auto [it, inserted] = index.emplace(key, flats_.size());
-    if (inserted) flats_.push_back(Flat{owners_[i], {}, 0});
+    if (inserted) flats_.push_back(Flat{owners[i], {}, 0});
     Flat& f = flats_[it->second];
     f.params.push_back(params[i]);
     f.numel += params[i].numel();
   }
   std::vector<bool> mine(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners_[i] == rank();
+  for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners[i] == rank();
   return mine;
 }
 
@@ -99,7 +98,7 @@ std::vector<std::int64_t> Zero1::shard_elements() const {
 }
 
 void Zero1::finish_update() {
-  BELLOWS_CHECK(!owners_.empty(), "Zero1::finish_update() before shard()", "call shard() with the trainable parameters first");
+  BELLOWS_CHECK(!flats_.empty(), "Zero1::finish_update() before shard()", "call shard() with the trainable parameters first");
   at::NoGradGuard no_grad;
   for (const Flat& f : flats_) {
     const bool mine = f.owner == rank();
@@ -125,11 +124,12 @@ void Zero1::finish_update() {
 StateDict Zero1::gather_state(const StateDict& local) {
   // Each rank's entries, pickled (torch::pickle_save: tensors and their names, as torch.save writes them), are
   // broadcast from that rank in turn: a size, then the bytes. Rank 0 merges them; the scalars every rank has
-  // ("lr", "steps") are rank 0's. Written here because c10d's C++ API has no object collectives.
+  // ("lr", "steps") are rank 0's, which needs nothing sent. Written here because c10d's C++ API has no object
+  // collectives.
   StateDict merged;
   const bool main = rank() == 0;
   if (main) merged = local;
-  for (int r = 0; r < world_size(); ++r) {
+  for (int r = 1; r < world_size(); ++r) {
     std::vector<char> bytes;
     if (r == rank()) {
       c10::Dict<std::string, at::Tensor> dict;
@@ -141,7 +141,7 @@ StateDict Zero1::gather_state(const StateDict& local) {
     const std::int64_t n = size.front().item<std::int64_t>();
     std::vector<at::Tensor> payload{r == rank() ? at::from_blob(bytes.data(), {n}, at::kByte).clone() : at::empty({n}, at::kByte)};
     ddp_->broadcast(payload, r);
-    if (!main || r == 0) continue;
+    if (!main) continue;
     const at::Tensor received = payload.front().to(at::kCPU).contiguous();
     const auto* data = static_cast<const char*>(received.data_ptr());
     const c10::IValue value = torch::jit::pickle_load(std::vector<char>(data, data + n));

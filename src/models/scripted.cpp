@@ -29,19 +29,14 @@ namespace fs = std::filesystem;
 // parallel on the CPU unless dropout_masks is torch; ATen's own operators elsewhere). CompositeImplicitAutograd:
 // autograd and autocast see the operators they call, as they see ATen's own decompositions, so no backward of
 // their own is needed. The scripted graphs' calls are pointed here when a module is loaded (route_to_bellows).
-at::Tensor scripted_dropout(const at::Tensor& input, double p, bool train) { return models::dropout(input, p, train); }
-at::Tensor scripted_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
-                              double p, bool causal, std::optional<double> scale, bool enable_gqa) {
-  return models::scaled_dot_product_attention(q, k, v, mask, p, causal, scale, enable_gqa);
-}
 
 TORCH_LIBRARY(bellows, m) {
   m.def(torch::schema("bellows::dropout(Tensor input, float p, bool train) -> Tensor", c10::AliasAnalysisKind::FROM_SCHEMA));
-  m.impl("dropout", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(scripted_dropout));
+  m.impl("dropout", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(models::dropout));
   m.def(torch::schema("bellows::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
                       "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
                       c10::AliasAnalysisKind::FROM_SCHEMA));
-  m.impl("scaled_dot_product_attention", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(scripted_attention));
+  m.impl("scaled_dot_product_attention", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(models::scaled_dot_product_attention));
 }
 
 // aten::X (with the inputs of its one overload that bellows mirrors) -> bellows::X.

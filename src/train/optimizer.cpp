@@ -269,11 +269,7 @@ void clear_gradients(const std::vector<at::Tensor>& params) {
   }
 }
 
-void Optimizer::zero_grad() {
-  for (auto& g : groups_) {
-    for (auto& p : g.params) p.mutable_grad().reset();
-  }
-}
+void Optimizer::zero_grad() { clear_gradients(parameters()); }
 
 void Optimizer::step(const at::Tensor& found_inf) {
   c10::NoGradGuard no_grad;

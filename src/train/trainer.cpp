@@ -371,28 +371,25 @@ void Trainer::load_state_dict(const StateDict& state) {
 }
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
-  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step); the
-  // other strategies hand the local state back as it is.
-  StateDict optimizer_state = options_.strategy->gather_state(optimizer_->state_dict());
-  return keeper_->save(step_, reason, wait, [&] {
-    ckpt::Checkpoint c = snapshot(train);
-    if (options_.strategy->shards_optimizer()) {
-      std::erase_if(c.state, [](const auto& kv) { return kv.first.rfind("optim.", 0) == 0; });
-      merge_prefixed(c.state, "optim", to_host(optimizer_state));
-    }
-    return c;
-  });
+  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step).
+  std::optional<StateDict> gathered;
+  if (options_.strategy->shards_optimizer()) gathered = options_.strategy->gather_state(optimizer_->state_dict());
+  return keeper_->save(step_, reason, wait, [&] { return snapshot(train, gathered ? &*gathered : nullptr); });
 }
 
 void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }
 
-ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train) const {
+ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* optimizer_state) const {
   ckpt::Checkpoint c;
   c.step = step_;
   c.epoch = epoch_;
   // to_host copies: the background writer reads them while training goes on.
   c.model = to_host(model_tensors(*model_));
   StateDict state = state_dict();
+  if (optimizer_state != nullptr) {  // the whole sharded state in place of this rank's share
+    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("optim.", 0) == 0; });
+    merge_prefixed(state, "optim", *optimizer_state);
+  }
   // Sessions never resume a data position (each starts at its data's beginning): none is stored.
   if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());
   merge_prefixed(state, "rng", rng_state());

@@ -54,8 +54,7 @@ class Zero1 final : public Strategy {
   void finish_update() override;
   StateDict gather_state(const StateDict& local) override;
 
-  // The owner rank of each parameter of the last shard() call, in its order; the elements each rank owns.
-  const std::vector<int>& owners() const { return owners_; }
+  // The parameter elements each rank owns (after shard()).
   std::vector<std::int64_t> shard_elements() const;
 
  private:
@@ -65,9 +64,7 @@ class Zero1 final : public Strategy {
     std::int64_t numel = 0;
   };
   std::unique_ptr<Ddp> ddp_;
-  std::vector<at::Tensor> params_;
-  std::vector<int> owners_;
-  std::vector<Flat> flats_;
+  std::vector<Flat> flats_;  // from shard(): what finish_update() broadcasts
 };
 
 // The owners ZeRO-1 gives `numels` (whole tensors, in order, each to the rank with the fewest elements so far,

@@ -100,7 +100,8 @@ class Trainer {
   void record(std::int64_t batches_per_epoch);
   bool stop_requested() const { return options_.stop_flag != nullptr && options_.stop_flag->load(); }
   // What a checkpoint of now holds, as host copies: weights, state_dict, the data position of `train`, RNG states.
-  ckpt::Checkpoint snapshot(data::BatchSource* train) const;
+  // optimizer_state: the optimizer entries to store instead of this rank's own (a sharded optimizer's, gathered).
+  ckpt::Checkpoint snapshot(data::BatchSource* train, const StateDict* optimizer_state = nullptr) const;
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;

@@ -2,6 +2,7 @@
 # The prepared GPU check (docs/gpu.md): everything bellows does on a GPU, in one bounded command, from the bundle
 # that scripts/gpu_bundle.sh makes (no compiling on the GPU node) or from a build.
 #   scripts/gpu_check.sh OUT_DIR [--bundle DIR | --bin DIR] [--budget-s 330] [--steps 40] [--device cuda]
+#                        [--only GROUP,...] [--precisions fp32,bf16-mixed,fp16-mixed,tf32 (step 3's)]
 # (--device cpu runs the same steps on the CPU: a check of the script itself, not of a GPU.)
 # OUT_DIR receives every log, run folder and the summary (summary.md, results.json); the summary is also printed.
 # Steps, each bounded by `timeout` and by what is left of --budget-s (a step that would start with too little left
@@ -11,12 +12,14 @@
 #   3. W5, W3, W4 (the examples' configs on their --quick data, --steps optimizer steps) in fp32, bf16-mixed,
 #      fp16-mixed and tf32, each with compile: off and compile: cuda_graph: samples/s over the last logged window,
 #      peak memory, final loss, what the plan chose for precision and compile, the messages (fallbacks and reasons)
-#   4. DDP over NCCL with one rank (`bellows launch -n 1`), two ranks when the node has two GPUs
+#   4. DDP over NCCL with one rank (`bellows launch -n 1`), two ranks when the node has two GPUs; zero1 over NCCL with
+#      one rank, its checkpoint resumed under ddp; on a one-GPU node two ranks over Gloo on that GPU, ddp and zero1
 #   5. the batch-size finder on the GPU (data.batch_size: auto); an injected out-of-memory step: W4 with batches of 64
 #      under gpu_memory_limit_mb=450 (a step of 32 peaks at about 372 MB there): the first step runs out of memory on
 #      the device and the run goes on in micro-batches (passes only when the log says so and the run finishes)
 #   7. a user's TorchScript model (examples/own-model: model.py scripts it with the node's PyTorch) in bf16-mixed,
-#      eager and as whole-step CUDA graphs
+#      eager and as whole-step CUDA graphs; W3's Transformer traced on the CPU (peer.py --write-script) in fp32 and
+#      bf16-mixed, eager and as graphs
 #   6. peers: PyTorch on the same GPU (bench/peers/peer.py --device: the same model, config, batch size and steps; its
 #      own initial weights), eager for W5, W3, W4 and torch.compile for W5, W3, beside bellows' eager and CUDA-graph
 #      runs of the same workloads made in this step (W4 with the example's accumulation of 2, as the peer runs it)
@@ -27,6 +30,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,scripted,peers
+precisions="fp32 bf16-mixed fp16-mixed tf32"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
+    --precisions) precisions="${2//,/ }"; shift 2 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUT_DIR only" >&2; exit 2; }; out="$1"; shift ;;
   esac
@@ -102,7 +107,7 @@ fi
 
 # 3. The workloads. Data: the examples' --quick data (small; the runs repeat epochs).
 data="$out/data"
-wants workloads || wants peers || wants finder || wants ddp || wants oom && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
+wants workloads || wants peers || wants finder || wants ddp || wants oom || wants scripted && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
   '$bin/bellows_example_data' temporal '$data/temporal' --quick && '$bin/bellows_example_data' cape-resnet '$data/cape-resnet' --quick"
 common=(output_dir="$out/runs" device="$device" train.epochs=100000 train.max_steps="$steps" train.log_every_n_steps=10
         train.eval_every_n_steps=0 checkpoint.every_n_steps=0)
@@ -113,7 +118,7 @@ declare -A extra=([W5]="data.path=$data/icon-diffusion/train.npz ema.enabled=fal
                   [W4]="data.path=$data/cape-resnet/train data.val_path=$data/cape-resnet/val train.accumulation_steps=1")
 for w in W5 W3 W4; do
   wants workloads || break
-  for p in fp32 bf16-mixed fp16-mixed tf32; do
+  for p in $precisions; do
     for c in off cuda_graph; do
       # shellcheck disable=SC2086
       step "$w-$p-$c" 60 "$bin/bellows" train "${config[$w]}" "${common[@]}" ${extra[$w]} precision="$p" compile="$c" \
@@ -132,6 +137,21 @@ if [ "$gpus" -ge 2 ]; then
     dist.strategy=ddp dist.backend=nccl name=ddp-nccl-2
 else
   printf 'ddp-nccl-2\tskipped\t0\tone GPU\n' >>"$results"
+fi
+# zero1 over NCCL with one rank (the sharded update, the parameter broadcast, a checkpoint gathered through the
+# backend's device), then that checkpoint resumed under ddp.
+zero1=("${common[@]/checkpoint.every_n_steps=0/checkpoint.every_n_steps=20}")
+step zero1-nccl-1 90 "$bin/bellows" launch -n 1 -- train "${config[W5]}" "${zero1[@]}" ${extra[W5]} precision=bf16-mixed \
+  dist.strategy=zero1 dist.backend=nccl name=zero1-nccl-1
+step zero1-nccl-1-resumed-ddp 90 "$bin/bellows" launch -n 1 -- train "${config[W5]}" "${zero1[@]}" ${extra[W5]} \
+  precision=bf16-mixed dist.strategy=ddp dist.backend=nccl train.max_steps=$((steps + 20)) resume=auto name=zero1-nccl-1
+# Two ranks on one GPU over Gloo (NCCL refuses two ranks on one GPU): DDP's buckets and zero1's shards as CUDA
+# tensors through Gloo, the same data, the same global batch; ddp and zero1 should end at the same loss.
+if [ "$gpus" -lt 2 ]; then
+  for s in ddp zero1; do
+    step "$s-gloo-cuda-2" 120 "$bin/bellows" launch -n 2 -- train "${config[W3]}" "${common[@]}" ${extra[W3]} precision=fp32 \
+      dist.strategy="$s" dist.backend=gloo name="$s-gloo-cuda-2"
+  done
 fi
 fi
 
@@ -156,6 +176,22 @@ if wants scripted; then
   for c in off cuda_graph; do
     step "scripted-$c" 60 "$bin/bellows" train "$here/examples/own-model/config.yaml" "${common[@]}" model.path="$own/model.pt" \
       data.path="$own/train.npz" data.val_path="$own/val.npz" precision=bf16-mixed compile="$c" name="scripted-$c"
+  done
+  # W3's Transformer traced by the node's PyTorch on the CPU (bench/peers/peer.py --write-script; its sinusoidal
+  # table is a constant of the traced graph), trained on the device as a user's file, beside the built-in W3.
+  step scripted-W3-prepare 60 "$python" "$here/bench/peers/peer.py" --workload W3 --data "$data/temporal/series.npy" \
+    --write-script "$own/w3.pt"
+  cat >"$own/w3.json" <<JSON
+{"name": "w3-scripted", "seed": 0, "model": {"name": "torchscript", "path": "$own/w3.pt", "task": "regression"},
+ "data": {"source": "npy", "batch_size": 32, "window": {"length": 128, "stride": 1, "horizon": 4, "target_columns": [0, 1, 2, 3]}},
+ "optim": {"type": "adamw", "lr": 0.0003, "weight_decay": 0.01}, "schedule": {"type": "cosine", "warmup_steps": 100}}
+JSON
+  for p in fp32 bf16-mixed; do
+    for c in off cuda_graph; do
+      # shellcheck disable=SC2086
+      step "scripted-W3-$p-$c" 60 "$bin/bellows" train "$own/w3.json" "${common[@]}" ${extra[W3]} precision="$p" compile="$c" \
+        name="scripted-W3-$p-$c"
+    done
   done
 fi
 

@@ -73,20 +73,49 @@ void route_to_bellows(torch::jit::Block* block, torch::jit::Graph& graph, Routed
 // torch.nn.functional.dropout, a function of its own in a scripted file: prim::CallFunction), before anything has
 // run (a function's executor plans from its graph on the first call). Methods of one class share a graph: each
 // graph is rewritten once. Dropout2d/3d (aten::feature_dropout) and other attention kernels stay ATen's.
+// Calls fn(function) once for every graph function of the module: those of its compilation unit (the methods and
+// the free functions they call) and, in case a class's methods live in another unit, every module's methods.
+// Methods of one class share a function.
+template <typename Fn>
+void for_each_graph_function(const torch::jit::Module& root, Fn&& fn) {
+  std::set<const torch::jit::Function*> done;
+  auto visit = [&](torch::jit::Function& f) {
+    if (f.isGraphFunction() && done.insert(&f).second) fn(torch::jit::toGraphFunction(f));
+  };
+  for (torch::jit::Function* f : root._ivalue()->compilation_unit()->get_functions()) visit(*f);
+  for (const torch::jit::Module& m : root.modules()) {
+    for (const torch::jit::Method& method : m.get_methods()) visit(method.function());
+  }
+}
+
 RoutedCalls route_to_bellows(const torch::jit::Module& root) {
   std::set<const torch::jit::Graph*> done;
   RoutedCalls routed;
-  auto visit = [&](const std::shared_ptr<torch::jit::Graph>& graph) {
+  for_each_graph_function(root, [&](torch::jit::GraphFunction& f) {
+    const std::shared_ptr<torch::jit::Graph> graph = f.graph();
     if (done.insert(graph.get()).second) route_to_bellows(graph->block(), *graph, routed);
-  };
-  for (torch::jit::Function* f : root._ivalue()->compilation_unit()->get_functions()) {
-    if (f->isGraphFunction()) visit(torch::jit::toGraphFunction(*f).graph());
-  }
-  for (const torch::jit::Module& m : root.modules()) {  // in case a class's methods live in another unit
-    for (const torch::jit::Method& method : m.get_methods()) visit(method.graph());
-  }
+  });
   return routed;
 }
+
+int move_block_constants(torch::jit::Block* block, c10::Device device) {
+  int moved = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    for (torch::jit::Block* inner : node->blocks()) moved += move_block_constants(inner, device);
+    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+        node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
+      continue;
+    }
+    const at::Tensor t = node->t(c10::attr::value);
+    if (t.dim() == 0 || t.device() == device) continue;
+    const at::Tensor there = t.to(device);
+    node->t_(c10::attr::value, there);
+    node->output()->inferTypeFrom(there);
+    ++moved;
+  }
+  return moved;
+}
+
 
 // The first line of a LibTorch error (its text goes on with a C++ backtrace).
 std::string first_line(const std::string& text) {
@@ -183,6 +212,23 @@ const c10::FunctionSchema& schema_of(const torch::jit::Module& m, const std::str
 }
 
 }  // namespace
+
+// The tensor constants of the graphs go where the parameters go. torch.jit.trace bakes every tensor that is neither
+// a parameter, a buffer nor an input (a positional table kept as a plain attribute, say) into the graph as a
+// constant on the device it was traced on; torch.jit.load's map_location moves them, Module::to does not, so a
+// module traced on the CPU and moved to a GPU would mix devices in its first forward. 0-dim constants stay: they
+// combine with tensors of any device. The lazily optimised copies of the graphs are dropped so that the executors,
+// created on the first call, plan from the moved constants (a function that already ran keeps its plan).
+int move_tensor_constants(const torch::jit::Module& root, c10::Device device) {
+  std::set<const torch::jit::Graph*> done;
+  int moved = 0;
+  for_each_graph_function(root, [&](torch::jit::GraphFunction& f) {
+    const std::shared_ptr<torch::jit::Graph> graph = f.graph();
+    if (done.insert(graph.get()).second) moved += move_block_constants(graph->block(), device);
+    f.clear_optimized_graphs();
+  });
+  return moved;
+}
 
 std::vector<ScriptedInput> parse_scripted_inputs(const std::vector<std::string>& inputs, const std::string& key) {
   std::vector<ScriptedInput> out;
@@ -301,6 +347,16 @@ c10::IValue ScriptedModule::run(const std::string& method, const std::vector<Scr
 void ScriptedModule::train(bool on) {
   torch::nn::Module::train(on);
   module_.train(on);
+}
+
+void ScriptedModule::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  moved_constants_ += move_tensor_constants(module_, device);
+}
+
+void ScriptedModule::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+  moved_constants_ += move_tensor_constants(module_, device);
 }
 
 std::string describe_value(const c10::IValue& value) {

@@ -54,6 +54,15 @@ class ScriptedModule : public torch::nn::Module {
   std::string signature(const std::string& method) const;
 
   void train(bool on = true) override;
+  // The parameters and buffers (the base class, through set_data) and the graphs' tensor constants: a traced
+  // module bakes tensors that are not parameters or buffers into its graph on the tracing device, where
+  // torch.jit.load's map_location would move them and Module::to does not. Before the first forward on `device`:
+  // a graph that already ran keeps the constants it was planned with.
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+  using torch::nn::Module::to;
+  // How many tensor constants to(device) has moved so far (counted per graph, per move).
+  int moved_constants() const { return moved_constants_; }
   torch::jit::Module& scripted() { return module_; }
   // The scripted graphs' call sites of aten::dropout and aten::scaled_dot_product_attention, now drawing their
   // dropout masks with models::dropout (dropout.h: parallel on the CPU unless dropout_masks is torch); counted once
@@ -65,7 +74,13 @@ class ScriptedModule : public torch::nn::Module {
   std::filesystem::path file_;
   torch::jit::Module module_;
   RoutedCalls routed_;
+  int moved_constants_ = 0;
 };
+
+// Moves the tensor constants of every graph of `module` that have a dimension and live elsewhere to `device` (what
+// ScriptedModule::to does besides the parameters); how many it moved. 0-dim constants stay: they combine with
+// tensors of any device.
+int move_tensor_constants(const torch::jit::Module& module, c10::Device device);
 
 // The one output a task reads from what a scripted method returned: `key` "" takes a tensor as it is; an integer
 // indexes a tuple or list; anything else is a dict key. kConfig error naming `config_key`, what was returned

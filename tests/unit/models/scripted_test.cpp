@@ -10,8 +10,10 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "bellows/models/dropout.h"
@@ -211,6 +213,65 @@ def forward(self, x):
     EXPECT_TRUE(out.equal(want)) << (masks == DropoutMasks::kTorch ? "torch" : "parallel");
   }
   set_dropout_masks(saved);
+}
+
+// A traced module's tensor constant (what torch.jit.trace makes of a tensor that is neither a parameter nor a
+// buffer) moves with the module, as torch.jit.load's map_location would move it; a 0-dim one stays. The meta device
+// stands in for a GPU (set_data, which moves the parameters, refuses meta, so the graph here reads none): a CPU
+// constant in a meta forward is a device mismatch, as it is on CUDA.
+TEST(Scripted, TensorConstantsOfTheGraphsMoveWithTheModule) {
+  torch::jit::Module m("Traced");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("weight", at::randn({4, 4}).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, x):
+    return x * 1.0
+)JIT");
+  {
+    const std::shared_ptr<torch::jit::Graph> graph = m.get_method("forward").graph();
+    torch::jit::WithInsertPoint here(graph->return_node());
+    torch::jit::Value* table = graph->insertConstant(at::arange(4.0).reshape({1, 4}));  // x + table * 2 (0-dim)
+    torch::jit::Value* two = graph->insertConstant(at::scalar_tensor(2.0));
+    torch::jit::Value* scaled = graph->insert(c10::aten::mul, {table, two});
+    graph->return_node()->replaceInput(0, graph->insert(c10::aten::add, {graph->outputs()[0], scaled}));
+  }
+  const fs::path path = fs::path(::testing::TempDir()) / "traced_constant.pt";
+  m.save(path.string());
+  const at::Tensor meta_x = at::zeros({3, 4}, at::TensorOptions().device(c10::kMeta));
+  auto constant_devices = [](torch::jit::Module& module) {
+    std::vector<c10::Device> devices;
+    for (torch::jit::Node* node : module.get_method("forward").graph()->nodes()) {
+      if (node->kind() == c10::prim::Constant && node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
+        devices.push_back(node->t(c10::attr::value).device());
+      }
+    }
+    return devices;
+  };
+
+  torch::jit::Module stays = torch::jit::load(path.string(), c10::Device(c10::kCPU));
+  try {  // what a traced module did on a GPU before
+    stays.forward({meta_x});
+    ADD_FAILURE() << "a CPU constant in a meta forward ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("Expected all tensors to be on the same device"), std::string::npos) << e.what();
+  }
+
+  torch::jit::Module moved = torch::jit::load(path.string(), c10::Device(c10::kCPU));
+  EXPECT_EQ(move_tensor_constants(moved, c10::Device(c10::kMeta)), 1);  // the table; the 0-dim 2 stays on the CPU
+  const std::vector<c10::Device> devices = constant_devices(moved);
+  EXPECT_EQ(devices.size(), 2u);
+  EXPECT_EQ(std::count(devices.begin(), devices.end(), c10::Device(c10::kMeta)), 1);
+  const at::Tensor out = moved.forward({meta_x}).toTensor();
+  EXPECT_TRUE(out.is_meta());
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{3, 4}));
+
+  // Through the module: on the CPU nothing moves and the forward computes x + table * 2.
+  ScriptedModule cpu(path);
+  cpu.to(c10::Device(c10::kCPU));
+  EXPECT_EQ(cpu.moved_constants(), 0);
+  data::Batch b;
+  b.tensors["x"] = at::ones({3, 4});
+  EXPECT_TRUE(cpu.run("forward", {{"", "x"}}, b).toTensor().equal(at::ones({3, 4}) + at::arange(4.0).reshape({1, 4}) * 2));
 }
 
 TEST(Scripted, InputsAreCheckedAgainstTheSchema) {

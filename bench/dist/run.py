@@ -6,10 +6,11 @@ data parallel on the same cores), and from bellows' step records the communicati
 (first bucket launched to last one done) and comm_wait_ms (what the step waited for after backward), so that
 1 - wait/comm is the fraction of the communication hidden behind backward.
 
-With --zero1, 2 processes under dist.strategy zero1 (the optimizer state sharded: dist/zero.h) at the first bucket
-size too: the cost of the parameters' broadcasts after each step against ddp.
+With --zero1 / --zero2, 2 processes under dist.strategy zero1 (the optimizer state sharded: dist/zero.h) or zero2
+(the gradients too: reduced to their owner instead of all-reduced) at the first bucket size too: the cost of the
+parameters' broadcasts after each step, and of zero2's reduces, against ddp.
 
-    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--zero1] [--out DIR]
+    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--zero1] [--zero2] [--out DIR]
 """
 import argparse
 import json
@@ -40,8 +41,8 @@ def trial(workload, args, data, system, bucket_mb, t):
              f"data.batch_size={batch}", f"train.max_steps={warmup + steps}", "train.epochs=1000", f"train.log_every_n_steps={warmup}",
              "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 // procs}", "precision=fp32",
              "schedule.type=constant", "schedule.warmup_steps=0", f"dist.bucket_mb={bucket_mb}", *w.bellows_overrides]
-    if system == "2x1-zero1":
-        train.append("dist.strategy=zero1")
+    if system.startswith("2x1-zero"):
+        train.append("dist.strategy=" + system.split("-")[1])
     bellows = os.path.join(args.bin, "bellows")
     cmd = [bellows, "launch", "-n", "2", "--master-port", str(args.port), "--", *train] if procs == 2 else [bellows, *train]
     run(cmd, os.path.join(args.work, f"{name}.log"))
@@ -62,6 +63,7 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, action="append", help="repeatable; default 25 and 1")
     ap.add_argument("--zero1", action="store_true", help="also 2 processes under dist.strategy zero1 (first bucket size)")
+    ap.add_argument("--zero2", action="store_true", help="also 2 processes under dist.strategy zero2 (first bucket size)")
     ap.add_argument("--port", type=int, default=29731)
     ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-bench"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
@@ -82,7 +84,8 @@ def main():
     rows = []
     for workload in args.workloads:
         data = data_for(workload, args)
-        systems = [("1x2", buckets[0])] + [("2x1", b) for b in buckets] + ([("2x1-zero1", buckets[0])] if args.zero1 else [])
+        systems = ([("1x2", buckets[0])] + [("2x1", b) for b in buckets] + ([("2x1-zero1", buckets[0])] if args.zero1 else [])
+                   + ([("2x1-zero2", buckets[0])] if args.zero2 else []))
         results = {s: [] for s in systems}
         for t in range(args.trials):
             rotated = systems[t % len(systems):] + systems[:t % len(systems)]
@@ -99,7 +102,7 @@ def main():
             wait = statistics.median(x["comm_wait_ms"] for x in results[s])
             v = [x["samples_per_s"] for x in results[s]]
             o = [x["samples_per_s"] for x in one]
-            strategy = "zero1" if s[0] == "2x1-zero1" else "ddp"
+            strategy = s[0].split("-")[1] if s[0].startswith("2x1-zero") else "ddp"
             row = {"workload": workload, "batch": peer.WORKLOADS[workload].batch_size, "strategy": strategy, "bucket_mb": s[1], "one_by_two": med[systems[0]],
                    "two_by_one": med[s], "ratio": med[s] / med[systems[0]], "comm_ms": comm, "wait_ms": wait,
                    "hidden": 1 - wait / comm if comm > 0 else 0.0, "trials": {"1x2": o, "2x1": v}}

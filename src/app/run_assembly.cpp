@@ -56,7 +56,7 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
   if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
   // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
-  // Under zero1 the optimizer holds this rank's share.
+  // Under zero1 and zero2 the optimizer holds this rank's share.
   std::int64_t param_bytes = 0, shard_bytes = 0;
   for (const auto& t : trainer.trainable()) param_bytes += t.numel() * t.element_size();
   for (const auto& t : trainer.optimizer().parameters()) shard_bytes += t.numel() * t.element_size();

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "bellows/util/check.h"
 #include "dist/backend.h"
@@ -71,11 +72,13 @@ struct Ddp::Impl {
 
   struct Bucket {
     std::vector<std::size_t> members;  // indices into params
-    at::Tensor flat;
+    int owner = -1;                    // reduce_to_owners: the rank the bucket is reduced to; -1 all-reduced
+    at::Tensor flat;                   // undefined between steps where another rank owns the bucket
     std::vector<at::Tensor> views;     // one per member, shaped like its parameter
     std::size_t ready = 0;
     c10::intrusive_ptr<c10d::Work> work;
   };
+  std::vector<int> owners;  // reduce_to_owners(), per parameter; empty: all-reduce
   std::vector<at::Tensor> params;
   std::vector<std::size_t> bucket_of;
   std::vector<char> ready;
@@ -143,12 +146,33 @@ struct Ddp::Impl {
     }
   }
 
+  // The bucket's flat buffer and a view of it per member (the parameter's sizes and strides: channels_last
+  // weights stay channels_last).
+  void allocate(Bucket& b) const {
+    std::int64_t total = 0;
+    for (const std::size_t n : b.members) total += params[n].numel();
+    const at::Tensor& first = params[b.members.front()];
+    b.flat = at::zeros({total}, first.options().requires_grad(false));
+    b.views.clear();
+    std::int64_t offset = 0;
+    for (const std::size_t n : b.members) {
+      const at::Tensor& p = params[n];
+      b.views.push_back(b.flat.narrow(0, offset, p.numel()).as_strided(p.sizes(), p.strides()));
+      offset += p.numel();
+    }
+  }
+
+  bool kept_here(const Bucket& b) const { return b.owner < 0 || b.owner == info.rank; }
+
   void launch(Bucket& b) {
+    if (!b.flat.defined()) allocate(b);  // another rank's bucket, released after the last step
     for (std::size_t k = 0; k < b.members.size(); ++k) {
-      const at::Tensor& grad = params[b.members[k]].grad();
+      at::Tensor param = params[b.members[k]];
+      const at::Tensor& grad = param.grad();
       at::Tensor& view = b.views[k];
       if (!grad.defined()) view.zero_();           // unused in this step on this rank: contributes nothing
       else if (!grad.is_same(view)) view.copy_(grad);  // accumulated in place into the view already otherwise
+      if (!kept_here(b)) param.mutable_grad().reset();  // the bucket holds it now; its owner gets the sum
     }
     std::vector<at::Tensor> tensors{b.flat};
     if (&b == &buckets.front()) {  // buckets start in index order
@@ -158,7 +182,13 @@ struct Ddp::Impl {
         recording->start.record(current_stream());
       }
     }
-    b.work = group->allreduce(tensors);
+    if (b.owner < 0) {
+      b.work = group->allreduce(tensors);
+    } else {
+      c10d::ReduceOptions o;
+      o.rootRank = b.owner;
+      b.work = group->reduce(tensors, o);
+    }
     // When it completes (on Gloo's or NCCL's thread): the latest completion of the step.
     std::atomic<std::int64_t>* done = &last_done_ns;
     b.work->getFuture()->addCallback([done](c10::ivalue::Future&) {
@@ -308,43 +338,38 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
   std::vector<at::Tensor> state = model.parameters();
   for (const auto& b : model.buffers()) state.push_back(b);
   m.broadcast_from_main(state);
-  // --- buckets: last parameter first, split by dtype/device and capacity ---
+  // --- buckets: last parameter first, split by dtype/device, owner (reduce_to_owners) and capacity. One bucket
+  // is open per (owner, dtype, device); a parameter that would overflow its bucket closes it and opens another. ---
+  BELLOWS_CHECK(m.owners.empty() || m.owners.size() == params.size(),
+                fmt::format("reduce_to_owners() gave {} owners for {} parameters", m.owners.size(), params.size()),
+                "pass one owner per trainable parameter");
   m.params = params;
   m.buckets.clear();
   m.bucket_of.assign(params.size(), 0);
   m.ready.assign(params.size(), 0);
   const auto cap = static_cast<std::int64_t>(m.options.bucket_mb * 1024 * 1024);
-  std::int64_t bytes = 0;
+  std::map<std::tuple<int, int, std::string>, std::pair<std::size_t, std::int64_t>> open;  // -> bucket, bytes
   for (std::size_t n = params.size(); n-- > 0;) {
     const at::Tensor& p = params[n];
     BELLOWS_CHECK(p.requires_grad() && p.is_leaf(), fmt::format("parameter {} of setup() is not a trainable leaf", n),
                   "pass the trainable parameters");
+    BELLOWS_CHECK(p.is_non_overlapping_and_dense(), fmt::format("parameter {} of setup() is not dense", n), "report this bug");
+    const int owner = m.owners.empty() ? -1 : m.owners[n];
     const std::int64_t size = p.numel() * static_cast<std::int64_t>(p.element_size());
-    const bool fresh = m.buckets.empty() || bytes + size > cap ||
-                       params[m.buckets.back().members.front()].scalar_type() != p.scalar_type() ||
-                       params[m.buckets.back().members.front()].device() != p.device();
-    if (fresh) {
+    const auto key = std::make_tuple(owner, static_cast<int>(p.scalar_type()), p.device().str());
+    auto it = open.find(key);
+    if (it == open.end() || it->second.second + size > cap) {
       m.buckets.emplace_back();
-      bytes = 0;
+      m.buckets.back().owner = owner;
+      it = open.insert_or_assign(key, std::make_pair(m.buckets.size() - 1, std::int64_t{0})).first;
     }
-    m.bucket_of[n] = m.buckets.size() - 1;
-    m.buckets.back().members.push_back(n);
-    bytes += size;
+    m.bucket_of[n] = it->second.first;
+    m.buckets[it->second.first].members.push_back(n);
+    it->second.second += size;
   }
   for (auto& b : m.buckets) {
-    std::int64_t total = 0;
-    for (const std::size_t n : b.members) total += params[n].numel();
-    const at::Tensor& first = params[b.members.front()];
-    b.flat = at::zeros({total}, first.options().requires_grad(false));
-    std::int64_t offset = 0;
-    for (const std::size_t n : b.members) {
-      const at::Tensor& p = params[n];
-      // The view keeps the parameter's memory format (channels_last weights stay channels_last).
-      b.views.push_back(b.flat.narrow(0, offset, p.numel()).as_strided(p.sizes(), p.strides()));
-      BELLOWS_CHECK(p.is_non_overlapping_and_dense(), fmt::format("parameter {} of setup() is not dense", n),
-                    "report this bug");
-      offset += p.numel();
-    }
+    b.flat = at::Tensor();
+    if (m.kept_here(b)) m.allocate(b);  // another rank's: allocated when it is launched, released after the reduce
   }
   // --- a hook on every gradient accumulator ---
   for (std::size_t n = 0; n < params.size(); ++n) {
@@ -387,8 +412,14 @@ void Ddp::finish_gradients() {
   }
   m.last_done_ns.store(0);
   for (auto& b : m.buckets) {
-    b.flat.div_(world);
-    for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
+    if (m.kept_here(b)) {
+      b.flat.div_(world);
+      for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
+    } else {  // reduced to its owner: nothing of it stays here
+      for (const std::size_t n : b.members) m.params[n].mutable_grad().reset();
+      b.flat = at::Tensor();
+      b.views.clear();
+    }
     b.ready = 0;
     b.work.reset();
   }
@@ -399,6 +430,14 @@ void Ddp::finish_gradients() {
 }
 
 Ddp::Stats Ddp::last_stats() const { return impl_->last; }
+
+void Ddp::reduce_to_owners(std::vector<int> owners) {
+  for (const int o : owners) {
+    BELLOWS_CHECK(o >= 0 && o < impl_->info.world_size, fmt::format("reduce_to_owners: owner {} of a {}-rank job", o, impl_->info.world_size),
+                  "report this bug");
+  }
+  impl_->owners = std::move(owners);
+}
 
 std::vector<std::pair<std::string, double>> Ddp::metrics() {
   Impl& m = *impl_;

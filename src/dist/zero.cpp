@@ -35,11 +35,14 @@ std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const st
   return owners;
 }
 
-Zero1::Zero1(const ProcessInfo& info, DdpOptions options) : ddp_(std::make_unique<Ddp>(info, std::move(options))) {}
-Zero1::~Zero1() = default;
+Zero::Zero(const ProcessInfo& info, DdpOptions options, int stage) : stage_(stage) {
+  BELLOWS_CHECK(stage == 1 || stage == 2, fmt::format("ZeRO stage {}", stage), "stages 1 and 2 are built here (fsdp shards parameters)");
+  ddp_ = std::make_unique<Ddp>(info, std::move(options));
+}
+Zero::~Zero() = default;
 
-std::string Zero1::describe() const {
-  std::string text = ddp_->describe() + "; optimizer state sharded (zero1)";
+std::string Zero::describe() const {
+  std::string text = ddp_->describe() + (stage_ == 1 ? "; optimizer state sharded (zero1)" : "; optimizer state and gradients sharded (zero2)");
   if (!flats_.empty()) {
     const std::vector<std::int64_t> elements = shard_elements();
     std::int64_t total = 0;
@@ -49,14 +52,14 @@ std::string Zero1::describe() const {
   return text;
 }
 
-void Zero1::backward(const at::Tensor& loss) {
+void Zero::backward(const at::Tensor& loss) {
   // Accumulation micro-steps: this strategy's no_sync() reaches the Ddp whose hooks communicate.
   std::optional<Strategy::NoSync> local;
   if (!syncing()) local.emplace(ddp_->no_sync());
   ddp_->backward(loss);
 }
 
-std::vector<bool> Zero1::shard(const std::vector<at::Tensor>& params) {
+std::vector<bool> Zero::shard(const std::vector<at::Tensor>& params) {
   const int world = world_size();
   std::vector<std::int64_t> numels;
   std::vector<int> same_as;
@@ -69,11 +72,12 @@ std::vector<bool> Zero1::shard(const std::vector<at::Tensor>& params) {
     distinct += inserted ? 1 : 0;
   }
   BELLOWS_CHECK_CONFIG(distinct >= world,
-                       fmt::format("dist.strategy is zero1 on {} ranks, but the model has {} trainable tensor(s): ZeRO-1 gives each "
+                       fmt::format("dist.strategy is {} on {} ranks, but the model has {} trainable tensor(s): ZeRO gives each "
                                    "tensor one owner rank, and a rank with none has no optimizer to run",
-                                   world, distinct),
+                                   name(), world, distinct),
                        "use dist.strategy: ddp for so small a model, or fewer ranks");
   const std::vector<int> owners = assign_owners(numels, same_as, world);
+  owners_ = owners;
   // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
   flats_.clear();
   std::map<std::tuple<int, int, std::string>, std::size_t> index;
@@ -91,14 +95,23 @@ std::vector<bool> Zero1::shard(const std::vector<at::Tensor>& params) {
   return mine;
 }
 
-std::vector<std::int64_t> Zero1::shard_elements() const {
+std::vector<std::int64_t> Zero::shard_elements() const {
   std::vector<std::int64_t> elements(static_cast<std::size_t>(world_size()), 0);
   for (const Flat& f : flats_) elements[static_cast<std::size_t>(f.owner)] += f.numel;
   return elements;
 }
 
-void Zero1::finish_update() {
-  BELLOWS_CHECK(!flats_.empty(), "Zero1::finish_update() before shard()", "call shard() with the trainable parameters first");
+void Zero::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {
+  if (stage_ >= 2) {
+    BELLOWS_CHECK(owners_.size() == params.size(), "Zero::setup() before shard() or with other parameters",
+                  "call shard() with the trainable parameters first");
+    ddp_->reduce_to_owners(owners_);
+  }
+  ddp_->setup(model, params);
+}
+
+void Zero::finish_update() {
+  BELLOWS_CHECK(!flats_.empty(), "Zero::finish_update() before shard()", "call shard() with the trainable parameters first");
   at::NoGradGuard no_grad;
   for (const Flat& f : flats_) {
     const bool mine = f.owner == rank();
@@ -121,7 +134,7 @@ void Zero1::finish_update() {
   }
 }
 
-StateDict Zero1::gather_state(const StateDict& local) {
+StateDict Zero::gather_state(const StateDict& local) {
   // Each rank's entries, pickled (torch::pickle_save: tensors and their names, as torch.save writes them), are
   // broadcast from that rank in turn: a size, then the bytes. Rank 0 merges them; the scalars every rank has
   // ("lr", "steps") are rank 0's, which needs nothing sent. Written here because c10d's C++ API has no object

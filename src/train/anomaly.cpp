@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,25 @@ void check_gradients(const torch::nn::Module& model, const precision::Precision&
   const std::string bad = first_nonfinite(grads);
   BELLOWS_CHECK_DATA(bad.empty(), fmt::format("non-finite gradient after the backward pass of optimizer step {}: {}", number, bad),
                      "the loss was finite: lower the learning rate or clip gradients (train.clip_max_norm)");
+}
+
+void check_gradient_norms(const torch::nn::Module& model, const std::vector<at::Tensor>& params, const at::Tensor& norms,
+                          const precision::Precision& precision, std::int64_t number) {
+  if (precision.scales_loss()) return;
+  const at::Tensor host = norms.detach().to(at::kCPU, at::kDouble).contiguous();
+  const double* v = host.data_ptr<double>();
+  for (std::int64_t i = 0; i < host.numel() && static_cast<std::size_t>(i) < params.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    std::string name = fmt::format("trainable parameter {}", i);
+    for (const auto& [n, p] : bellows::named_parameters(model)) {
+      if (p.unsafeGetTensorImpl() == params[static_cast<std::size_t>(i)].unsafeGetTensorImpl()) name = n;
+    }
+    BELLOWS_FAIL(ErrorKind::kData,
+                 fmt::format("non-finite gradient after the backward pass of optimizer step {}: {} (gradient norm {}, combined over "
+                             "the ranks that hold the gradients)",
+                             number, name, v[i]),
+                 "the loss was finite: lower the learning rate or clip gradients (train.clip_max_norm)");
+  }
 }
 
 void check_parameters(const torch::nn::Module& model, std::int64_t step, double lr) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
+#include <numeric>
 #include <optional>
 
 #include "bellows/dist/strategy.h"
@@ -83,8 +84,10 @@ GradientReport EagerStep::optimizer_phase(std::int64_t number) {
   GradientReport report;
   p_.strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
   p_.precision.unscale(p_.params);
-  if (p_.options.detect_anomaly) check_gradients(p_.model, p_.precision, number);
+  const bool sharded = p_.strategy.shards_gradients();  // zero2: this rank holds its own parameters' gradients only
+  if (p_.options.detect_anomaly && !sharded) check_gradients(p_.model, p_.precision, number);
   report.norm = clip_gradients(report);
+  if (p_.options.detect_anomaly && sharded) check_gradient_norms(p_.model, p_.params, report.param_norms, p_.precision, number);
   // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
   const at::Tensor nonfinite = (report.norm - report.norm).ne(0).to(at::kFloat);
   report.skipped = p_.precision.step_on_device(p_.params, nonfinite, [&](const at::Tensor& found_inf) { p_.optimizer.step(found_inf); });
@@ -95,16 +98,31 @@ GradientReport EagerStep::optimizer_phase(std::int64_t number) {
 
 at::Tensor EagerStep::clip_gradients(GradientReport& report) {
   grads_.clear();
+  std::vector<std::int64_t> held;
   for (std::size_t i = 0; i < p_.params.size(); ++i) {
     if (!p_.params[i].grad().defined()) continue;
     grads_.push_back(p_.params[i].grad());
-    report.owners.push_back(static_cast<std::int32_t>(i));
+    held.push_back(static_cast<std::int64_t>(i));
   }
-  if (grads_.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(p_.options.device));
+  const bool sharded = p_.strategy.shards_gradients();
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(p_.options.device);
+  if (grads_.empty() && !sharded) return at::zeros({}, f32);
   // Everything stays on the device (no .item()): the norm is the step's non-finite check and a reported
   // metric, read at the logging boundary. The arithmetic is torch.nn.utils.clip_grad_norm_'s.
-  const std::vector<at::Tensor> norms = at::_foreach_norm(grads_, 2);
-  report.param_norms = at::stack(norms).to(at::kFloat);  // kept by the record's window: which gradient was not finite
+  at::Tensor norms = grads_.empty() ? at::zeros({0}, f32) : at::stack(at::_foreach_norm(grads_, 2)).to(at::kFloat);
+  if (sharded) {
+    // Every parameter's norm on every rank: each rank its own parameters' at their places, zeros elsewhere, summed
+    // over the ranks (x + 0 is x exactly), so every rank has ddp's list and computes ddp's total from it.
+    at::Tensor all = at::zeros({static_cast<std::int64_t>(p_.params.size())}, f32);
+    if (!held.empty()) all.index_copy_(0, at::tensor(held, at::kLong).to(all.device()), norms);
+    std::vector<at::Tensor> one{all};
+    p_.strategy.all_reduce_sum(one);
+    norms = one.front();
+    held.resize(p_.params.size());
+    std::iota(held.begin(), held.end(), std::int64_t{0});
+  }
+  for (const std::int64_t i : held) report.owners.push_back(static_cast<std::int32_t>(i));
+  report.param_norms = norms;  // kept by the record's window: which gradient was not finite
   const at::Tensor total = at::linalg_vector_norm(report.param_norms, 2);
   if (p_.options.clip_max_norm > 0) {
     // Multiplying by exactly 1 leaves a gradient as it is; a non-finite norm makes a skipped step anyway.

@@ -269,7 +269,7 @@ std::map<std::string, at::Tensor> dist_optimizer_state(const fs::path& run) {
   return out;
 }
 
-TEST(DistCli, Zero1TrainsAsDdpAndCheckpointsResumeAcrossStrategiesAndWorldSizes) {
+TEST(DistCli, Zero1AndZero2TrainAsDdpAndCheckpointsResumeAcrossStrategiesAndWorldSizes) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_zero1");
   const fs::path csv = dist_write_csv(dir);
   const int port = 20000 + static_cast<int>((getpid() + 29) % 20000);
@@ -281,11 +281,17 @@ TEST(DistCli, Zero1TrainsAsDdpAndCheckpointsResumeAcrossStrategiesAndWorldSizes)
     return r;
   };
   const CliResult zero = launch("zero", "dist.strategy=zero1 train.max_steps=8");
+  const CliResult zero2 = launch("zero2", "dist.strategy=zero2 train.max_steps=8");
   launch("ddp", "dist.strategy=ddp train.max_steps=8");
   EXPECT_THAT(zero.out, HasSubstr("strategy         zero1"));
   EXPECT_THAT(zero.out, HasSubstr("optimizer state sharded (zero1)"));
+  EXPECT_THAT(zero2.out, HasSubstr("strategy         zero2"));
+  EXPECT_THAT(zero2.out, HasSubstr("optimizer state and gradients sharded (zero2)"));
   // The same arithmetic on the same gradients: the weights and the (gathered) optimizer state are ddp's, bitwise.
+  // zero2 clips by the norm of gradients no rank holds all of (the per-parameter norms combined over the ranks).
   EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero"), dist_final_weights(dir / "ddp")), 0.0);
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero2"), dist_final_weights(dir / "ddp")), 0.0);
+  ASSERT_EQ(dist_optimizer_state(dir / "zero2").size(), dist_optimizer_state(dir / "ddp").size());
   const auto zero_state = dist_optimizer_state(dir / "zero"), ddp_state = dist_optimizer_state(dir / "ddp");
   ASSERT_EQ(zero_state.size(), ddp_state.size());
   ASSERT_GT(zero_state.size(), 6u);  // lr, steps and, per parameter, step, exp_avg, exp_avg_sq
@@ -296,7 +302,9 @@ TEST(DistCli, Zero1TrainsAsDdpAndCheckpointsResumeAcrossStrategiesAndWorldSizes)
   // Each checkpoint goes on under the other strategy: still equal, bitwise.
   launch("zero", "dist.strategy=ddp train.max_steps=12 resume=auto");
   launch("ddp", "dist.strategy=zero1 train.max_steps=12 resume=auto");
+  launch("zero2", "dist.strategy=zero2 train.max_steps=12 resume=auto");
   EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero"), dist_final_weights(dir / "ddp")), 0.0);
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "zero2"), dist_final_weights(dir / "ddp")), 0.0);
   // One process resumes the two-rank checkpoint (the whole optimizer state is in it).
   const CliResult alone = run_cli(dist_args(csv, dir, "ddp", 8, extra + " train.max_steps=14 resume=auto"));
   ASSERT_EQ(alone.code, 0) << alone.out << alone.err;

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bellows/dist/environment.h"  // defines: ProcessInfo
 #include "bellows/dist/strategy.h"     // defines: Strategy
@@ -58,6 +59,14 @@ class Ddp final : public Strategy {
   void barrier() override;
   std::vector<bool> agree(std::vector<bool> flags) override;
   std::vector<std::pair<std::string, double>> metrics() override;
+
+  // ZeRO-2 (dist/zero.h): owners[i] is the rank that keeps the gradient of setup()'s params[i]. Buckets then hold
+  // one owner's parameters each (an open bucket per owner, dtype and device, filled last parameter first) and are
+  // reduced to that owner instead of all-reduced; on the other ranks the parameters' gradients are dropped once
+  // copied into the bucket, and the bucket's buffer once the reduce is done, so after finish_gradients() a rank
+  // holds the averaged gradients of its own parameters only (the others' .grad undefined). Call before setup();
+  // empty: every gradient to every rank (ddp).
+  void reduce_to_owners(std::vector<int> owners);
 
   // Counters of the last finish_gradients(): buckets, and how many were launched from backward's hooks (the
   // rest were launched by finish_gradients itself, after backward).

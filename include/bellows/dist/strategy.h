@@ -1,7 +1,7 @@
 // How the replicas of a model meet: the Trainer's one seam for everything that depends on the number of
 // processes. `SingleDevice` (one process) is always built and is what every single-process run goes
-// through; `Ddp` (dist/ddp.h) is data parallel over c10d; `Zero1` (dist/zero.h) is Ddp with the optimizer state
-// sharded over the ranks. The training loop never branches on the world size:
+// through; `Ddp` (dist/ddp.h) is data parallel over c10d; `Zero1` and `Zero2` (dist/zero.h) are Ddp with the
+// optimizer state, and the gradients too, sharded over the ranks. The training loop never branches on the world size:
 // it calls backward() (inside no_sync() for accumulation micro-steps), finish_gradients() before the optimizer,
 // all_reduce_sum() for meters, and writes files only where is_main().
 #pragma once
@@ -21,7 +21,7 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  virtual std::string name() const = 0;  // "single" | "ddp" | "zero1"
+  virtual std::string name() const = 0;  // "single" | "ddp" | "zero1" | "zero2"
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
   virtual int local_rank() const { return 0; }
@@ -68,6 +68,10 @@ class Strategy {
   virtual std::vector<bool> shard(const std::vector<at::Tensor>& params) { return std::vector<bool>(params.size(), true); }
   virtual void finish_update() {}
   virtual StateDict gather_state(const StateDict& local) { return local; }
+  // Sharded gradients (zero2): after finish_gradients() a rank holds the gradients of the parameters its optimizer
+  // updates only (the others' .grad undefined). Whatever is computed over all gradients (the norm that clips and
+  // decides a skipped step) is then combined over the ranks by the caller, with all_reduce_sum().
+  virtual bool shards_gradients() const { return false; }
 
   // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
   class NoSync {

@@ -1,18 +1,29 @@
-// dist.strategy: zero1 -- data parallel with the optimizer state sharded over the ranks: stage 1 of ZeRO
-// (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020), on c10d.
+// dist.strategy: zero1 and zero2 -- data parallel with the optimizer state (zero1), and the gradients too (zero2),
+// sharded over the ranks: stages 1 and 2 of ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+// Trillion Parameter Models", SC 2020), on c10d.
 //
-// Gradients are averaged exactly as Ddp averages them (dist/ddp.h: buckets whose all-reduce overlaps backward), so
-// every rank clips, unscales and decides a skipped step alike. Each trainable parameter then has one owner rank,
-// and only the owner's optimizer keeps its state (Adam's moments, SGD's momentum) and updates it; finish_update()
-// broadcasts each owner's updated parameters to the others, one flat buffer per owner, dtype and device. The update
-// is the same elementwise arithmetic on the same gradients as under ddp, so the weights stay bitwise those of a ddp
-// run. Owners are whole tensors, assigned in the trainer's order, each to the rank with the fewest elements so far
-// (lowest rank on a tie), as PyTorch's ZeroRedundancyOptimizer partitions: shards of about 1/world of the elements.
+// Each trainable parameter has one owner rank, and only the owner's optimizer keeps its state (Adam's moments, SGD's
+// momentum) and updates it; finish_update() broadcasts each owner's updated parameters to the others, one flat
+// buffer per owner, dtype and device. Owners are whole tensors, assigned in the trainer's order, each to the rank
+// with the fewest elements so far (lowest rank on a tie), as PyTorch's ZeroRedundancyOptimizer partitions: shards
+// of about 1/world of the elements.
 //
-// Per rank: weights and gradients as ddp, optimizer state about 1/world of ddp's. Per step each rank sends and
-// receives the gradient all-reduce (2x the parameters' bytes, as ddp) plus the broadcasts of the other ranks'
-// shards (about (world-1)/world x the parameters' bytes). A checkpoint gathers every rank's optimizer state on
-// rank 0 (gather_state), so it is the file a ddp run writes, and any strategy and world size resumes it.
+// zero1: gradients are averaged exactly as Ddp averages them (dist/ddp.h: buckets whose all-reduce overlaps
+// backward), so every rank clips, unscales and decides a skipped step alike.
+// zero2: each gradient bucket holds one owner's parameters and is reduced to that owner (Ddp::reduce_to_owners),
+// overlapping backward as ddp's all-reduce does; the other ranks drop those gradients once they are in the bucket,
+// and the bucket once the reduce is done. After finish_gradients() a rank holds its own parameters' averaged
+// gradients only. The gradient norm (clipping, the non-finite check that skips a step) is then global through
+// Strategy::shards_gradients(): the trainer all-reduces the per-parameter norms, each rank contributing its own
+// and zeros elsewhere, so every rank computes ddp's norm from the same numbers and skips alike.
+//
+// Either way the update is the same elementwise arithmetic on the same gradients as under ddp, so the weights stay
+// bitwise those of a ddp run. Per rank: weights as ddp; optimizer state about 1/world of ddp's; gradients as ddp
+// (zero1) or, between steps, about 1/world (zero2; during backward each rank still produces every gradient, and
+// holds a bucket until it is sent). Per step each rank sends and receives the gradient all-reduce (2x the
+// parameters' bytes, as ddp) or the reduces (zero2: about 1x), plus the broadcasts of the other ranks' shards
+// (about (world-1)/world x the parameters' bytes). A checkpoint gathers every rank's optimizer state on rank 0
+// (gather_state), so it is the file a ddp run writes, and any strategy and world size resumes it.
 #pragma once
 
 #include <memory>
@@ -24,21 +35,21 @@
 
 namespace bellows::dist {
 
-class Zero1 final : public Strategy {
+class Zero : public Strategy {
  public:
-  // Joins the job as Ddp does (the same errors).
-  Zero1(const ProcessInfo& info, DdpOptions options);
-  ~Zero1() override;
-  Zero1(const Zero1&) = delete;
-  Zero1& operator=(const Zero1&) = delete;
+  // Joins the job as Ddp does (the same errors). stage 1 or 2.
+  Zero(const ProcessInfo& info, DdpOptions options, int stage);
+  ~Zero() override;
+  Zero(const Zero&) = delete;
+  Zero& operator=(const Zero&) = delete;
 
-  std::string name() const override { return "zero1"; }
+  std::string name() const override { return stage_ == 1 ? "zero1" : "zero2"; }
   int rank() const override { return ddp_->rank(); }
   int world_size() const override { return ddp_->world_size(); }
   int local_rank() const override { return ddp_->local_rank(); }
   std::string describe() const override;
 
-  void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override { ddp_->setup(model, params); }
+  void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
   void sync_buffers(torch::nn::Module& model) override { ddp_->sync_buffers(model); }
   void backward(const at::Tensor& loss) override;
   void finish_gradients() override { ddp_->finish_gradients(); }
@@ -49,6 +60,7 @@ class Zero1 final : public Strategy {
   std::vector<std::pair<std::string, double>> metrics() override { return ddp_->metrics(); }
 
   bool shards_optimizer() const override { return true; }
+  bool shards_gradients() const override { return stage_ >= 2; }
   // kConfig error when there are fewer trainable tensors than ranks (a rank would own nothing).
   std::vector<bool> shard(const std::vector<at::Tensor>& params) override;
   void finish_update() override;
@@ -63,8 +75,20 @@ class Zero1 final : public Strategy {
     std::vector<at::Tensor> params;
     std::int64_t numel = 0;
   };
+  int stage_;
   std::unique_ptr<Ddp> ddp_;
   std::vector<Flat> flats_;  // from shard(): what finish_update() broadcasts
+  std::vector<int> owners_;  // from shard(): per parameter, for stage 2's reduce to the owner
+};
+
+// dist.strategy: zero1 and zero2, built from what Ddp takes (the strategy registry's and the tests' constructor).
+class Zero1 final : public Zero {
+ public:
+  Zero1(const ProcessInfo& info, DdpOptions options) : Zero(info, std::move(options), 1) {}
+};
+class Zero2 final : public Zero {
+ public:
+  Zero2(const ProcessInfo& info, DdpOptions options) : Zero(info, std::move(options), 2) {}
 };
 
 // The owners ZeRO-1 gives `numels` (whole tensors, in order, each to the rank with the fewest elements so far,

@@ -4,9 +4,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "bellows/dist/strategy.h"
 #include "bellows/precision/precision.h"
+#include "bellows/train/anomaly.h"
 #include "bellows/train/eager_step.h"
+#include "bellows/util/error.h"
 #include "bellows/util/module_tensors.h"
 #include "trainer_fixtures.h"
 
@@ -95,6 +99,30 @@ TEST(EagerStep, ClippingBoundsTheUpdateAndReportsTheNormBeforeIt) {
   const auto after = params_of(*clipped.model);
   for (std::size_t i = 0; i < after.size(); ++i) squares += (after[i] - before[i]).pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(squares), 1e-3, 1e-6);
+}
+
+// Under sharded gradients (zero2) detect_anomaly reads the per-parameter norms every rank has, not the gradients:
+// the first non-finite one is named as check_gradients names a gradient.
+TEST(EagerStep, ShardedGradientsNameTheFirstParameterWhoseNormIsNotFinite) {
+  Bench b(3);
+  const NamedTensors named = bellows::named_parameters(*b.model);
+  ASSERT_GE(b.params.size(), 3u);
+  at::Tensor norms = at::ones({static_cast<std::int64_t>(b.params.size())});
+  EXPECT_NO_THROW(check_gradient_norms(*b.model, b.params, norms, *b.policy, 7));
+  norms[2] = std::numeric_limits<float>::infinity();
+  norms[1] = std::numeric_limits<float>::quiet_NaN();
+  std::string name;
+  for (const auto& [n, p] : named) {
+    if (p.is_same(b.params[1])) name = n;
+  }
+  ASSERT_FALSE(name.empty());
+  try {
+    check_gradient_norms(*b.model, b.params, norms, *b.policy, 7);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kData);
+    EXPECT_NE(std::string(e.what()).find("optimizer step 7: " + name + " (gradient norm nan"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace eager_step_test

@@ -398,7 +398,7 @@ void Ddp::finish_gradients() {
   const double world = static_cast<double>(m.info.world_size);
   const auto wait_start = Impl::Clock::now();
   if (m.recording) m.recording->backward_done.record(m.current_stream());
-  for (auto& b : m.buckets) m.wait(b.work, "gradient all-reduce");
+  for (auto& b : m.buckets) m.wait(b.work, b.owner < 0 ? std::string("gradient all-reduce") : fmt::format("gradient reduce to rank {}", b.owner));
   if (m.recording) {
     m.recording->done.record(m.current_stream());
     m.pending.push_back(std::move(m.recording));

@@ -311,13 +311,29 @@ TEST(DistCli, Zero1AndZero2TrainAsDdpAndCheckpointsResumeAcrossStrategiesAndWorl
   EXPECT_THAT(alone.out, HasSubstr("optimizer steps   14"));
 }
 
-TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) {
-  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill");
+// A sharded strategy gives each trainable tensor one owner: with fewer tensors than ranks one rank would own nothing.
+// Here the MLP's other three tensors are frozen, leaving one for two ranks: a configuration error on every rank.
+TEST(DistCli, ShardedStrategiesRefuseFewerTrainableTensorsThanRanks) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_zero_few");
   const fs::path csv = dist_write_csv(dir);
-  const int port = 20000 + static_cast<int>((getpid() + 7) % 20000);
+  const int port = 20000 + static_cast<int>((getpid() + 41) % 20000);
+  const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) +
+                              dist_args(csv, dir, "few", 8, "dist.strategy=zero2 train.freeze=[layers.0.*,layers.2.bias]"));
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("dist.strategy is zero2 on 2 ranks, but the model has 1 trainable tensor(s)"));
+  EXPECT_THAT(r.err, HasSubstr("configuration error"));
+  EXPECT_FALSE(fs::exists(dir / "few" / "checkpoints")) << "nothing written";
+}
+
+// Rank 1 is killed with SIGKILL once rank 0 has logged a step; rank 0 must stop by itself with a resource error, well
+// inside dist.timeout_s, whatever collective it was in (ddp: a gradient all-reduce; zero2: a gradient reduce or a
+// broadcast of the updated shards).
+void expect_survivor_stops(const std::string& strategy, int port_offset) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill_" + strategy);
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + port_offset) % 20000);
   const std::string train = fmt::format("'{}' {} train.max_steps=1000000 dist.timeout_s=20", BELLOWS_CLI_PATH,
-                                        dist_args(csv, dir, "kill", 8, "precision=fp32"));
-  // Rank 1 is killed once rank 0 has logged a step; rank 0 must stop by itself, well inside the timeout.
+                                        dist_args(csv, dir, "kill", 8, "precision=fp32 dist.strategy=" + strategy));
   const std::string script = fmt::format(
       "cd '{0}'; export WORLD_SIZE=2 MASTER_PORT={1}; RANK=0 {2} >r0.out 2>r0.err & p0=$!; RANK=1 {2} >r1.out 2>r1.err & p1=$!; "
       "for i in $(seq 200); do grep -q ' step ' r0.out 2>/dev/null && break; sleep 0.1; done; kill -9 $p1; "
@@ -326,9 +342,17 @@ TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) {
   std::ofstream(dir / "kill.sh") << script << "\n";
   const int status = std::system(("timeout 120 bash '" + (dir / "kill.sh").string() + "'").c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_EQ(bellows::testing::slurp(dir / "rc0"), "4\n");  // a resource error
-  EXPECT_LE(std::stoi(bellows::testing::slurp(dir / "seconds")), 20);
-  EXPECT_THAT(bellows::testing::slurp(dir / "r0.err"), HasSubstr("rank 0 of 2"));
+  EXPECT_EQ(bellows::testing::slurp(dir / "rc0"), "4\n") << strategy;  // a resource error
+  EXPECT_LE(std::stoi(bellows::testing::slurp(dir / "seconds")), 20) << strategy;
+  const std::string err = bellows::testing::slurp(dir / "r0.err");
+  EXPECT_THAT(err, HasSubstr("rank 0 of 2")) << strategy;
+  if (strategy == "zero2") {  // the collective it was in, named
+    EXPECT_TRUE(err.find("gradient reduce to rank") != std::string::npos || err.find("broadcast from rank") != std::string::npos) << err;
+  }
 }
+
+TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) { expect_survivor_stops("ddp", 7); }
+
+TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderZero2) { expect_survivor_stops("zero2", 13); }
 
 }  // namespace

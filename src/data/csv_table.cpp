@@ -61,10 +61,10 @@ void TableReader::wrong_field_count(std::string_view line, bool terminated) cons
 void TableReader::not_a_number(std::size_t column, std::string_view s, const char* expected) const {
   if (s.empty()) {
     fail_field(column, fmt::format("an empty field is not {}", expected),
-               "fill it in, or list \"\" in missing_tokens and choose a missing policy");
+               "fill it in, or list \"\" in data.csv.missing_tokens and choose data.csv.missing (drop, zero, mean)");
   }
   fail_field(column, fmt::format("'{}' is not {}", shown(s), expected),
-             "fix the value; if it marks a missing value, list it in missing_tokens");
+             "fix the value; if it marks a missing value, list it in data.csv.missing_tokens and choose data.csv.missing");
 }
 
 // --- header ---

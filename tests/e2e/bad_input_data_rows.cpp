@@ -53,7 +53,7 @@ std::vector<BadInput> data_rows() {
        [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(8, "0.4,oops,0.1")); },
        kCsv,
        3,
-       {"{dir}/table.csv line 8, column 'b': 'oops' is not a number"}},
+       {"{dir}/table.csv line 8, column 'b': 'oops' is not a number", "list it in data.csv.missing_tokens"}},
       {"CsvNaNValue",
        [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(5, "0.3,nan,1")); },
        kCsv,

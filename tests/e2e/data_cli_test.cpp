@@ -115,6 +115,14 @@ TEST(DataCli, CorruptCsvExits3NamingFileAndLine) {
   EXPECT_EQ(r.code, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("bad.csv"));
   EXPECT_THAT(r.err, HasSubstr("line 3"));
+  EXPECT_THAT(r.err, HasSubstr("list it in data.csv.missing_tokens and choose data.csv.missing"));  // a key that exists:
+  // a sentinel listed there is missing, and the policy decides (drop: the row goes; the other rows are read).
+  write_text(dir / "sentinel.csv", "a,b,y\n1,2,3\n4,n.a.,6\n7,8,9\n");
+  r = bench("data.source=csv data.path=" + (dir / "sentinel.csv").string() + " data.csv.targets=[y]");
+  EXPECT_EQ(r.code, 3) << r.err;
+  r = bench("data.source=csv data.path=" + (dir / "sentinel.csv").string() +
+            " data.csv.targets=[y] data.csv.missing_tokens=[n.a.] data.csv.missing=drop data.batch_size=1");
+  EXPECT_EQ(r.code, 0) << r.err;
   write_text(dir / "short.csv", "a,b,y\n1,2,3\n4,5");
   r = bench("data.source=csv data.path=" + (dir / "short.csv").string() + " data.csv.targets=[y]");
   EXPECT_EQ(r.code, 3) << r.err;

@@ -26,6 +26,7 @@ const config::Binding<CsvOptions>& csv_binding() {
     b.key("integer", &O::integer, "columns parsed as integers");
     b.key("missing", &O::missing, "missing values: error, drop the row, zero, or the column mean")
         .choices({"error", "drop", "zero", "mean"});
+    b.key("missing_tokens", &O::missing_tokens, "field values that mean missing (data.csv.missing decides what becomes of them)");
     // A std::size_t, which a binding does not read as it is.
     b.custom("chunk_bytes", Type::kInt, "read size", [](const config::Config& c, const std::string& key, O& o) {
        o.chunk_bytes = static_cast<std::size_t>(config::get_int(c, key));

@@ -368,7 +368,6 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
     it->second.second += size;
   }
   for (auto& b : m.buckets) {
-    b.flat = at::Tensor();
     if (m.kept_here(b)) m.allocate(b);  // another rank's: allocated when it is launched, released after the reduce
   }
   // --- a hook on every gradient accumulator ---
@@ -415,8 +414,7 @@ void Ddp::finish_gradients() {
     if (m.kept_here(b)) {
       b.flat.div_(world);
       for (std::size_t k = 0; k < b.members.size(); ++k) m.params[b.members[k]].mutable_grad() = b.views[k];
-    } else {  // reduced to its owner: nothing of it stays here
-      for (const std::size_t n : b.members) m.params[n].mutable_grad().reset();
+    } else {  // reduced to its owner: launch() dropped the members' gradients, and the bucket goes now
       b.flat = at::Tensor();
       b.views.clear();
     }

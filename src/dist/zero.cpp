@@ -76,22 +76,21 @@ std::vector<bool> Zero::shard(const std::vector<at::Tensor>& params) {
                                    "tensor one owner rank, and a rank with none has no optimizer to run",
                                    name(), world, distinct),
                        "use dist.strategy: ddp for so small a model, or fewer ranks");
-  const std::vector<int> owners = assign_owners(numels, same_as, world);
-  owners_ = owners;
+  owners_ = assign_owners(numels, same_as, world);
   // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
   flats_.clear();
   std::map<std::tuple<int, int, std::string>, std::size_t> index;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (same_as[i] >= 0) continue;
-    const auto key = std::make_tuple(owners[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
+    const auto key = std::make_tuple(owners_[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
     auto [it, inserted] = index.emplace(key, flats_.size());
-    if (inserted) flats_.push_back(Flat{owners[i], {}, 0});
+    if (inserted) flats_.push_back(Flat{owners_[i], {}, 0});
     Flat& f = flats_[it->second];
     f.params.push_back(params[i]);
     f.numel += params[i].numel();
   }
   std::vector<bool> mine(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners[i] == rank();
+  for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners_[i] == rank();
   return mine;
 }
 

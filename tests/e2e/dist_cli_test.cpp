@@ -346,9 +346,12 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
   EXPECT_LE(std::stoi(bellows::testing::slurp(dir / "seconds")), 20) << strategy;
   const std::string err = bellows::testing::slurp(dir / "r0.err");
   EXPECT_THAT(err, HasSubstr("rank 0 of 2")) << strategy;
-  if (strategy == "zero2") {  // the collective it was in, named
-    EXPECT_TRUE(err.find("gradient reduce to rank") != std::string::npos || err.find("broadcast from rank") != std::string::npos) << err;
-  }
+  // The collective it was in, named: where the kill lands decides which (a gradient all-reduce or, under zero2, a
+  // reduce to an owner or the broadcast of the updated shards; or the meters' all-reduce at a logging step).
+  EXPECT_THAT(err, ::testing::ContainsRegex("rank 0 of 2: (gradient all-reduce|gradient reduce to rank [01]|broadcast from rank [01]|"
+                                            "all-reduce of meters|agreement on stop and checkpoint decisions) failed: "))
+      << strategy;
+  EXPECT_THAT(err, HasSubstr("(another rank stopped, crashed or hangs; dist.timeout_s is 20)")) << strategy;
 }
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) { expect_survivor_stops("ddp", 7); }

@@ -8,8 +8,11 @@
 #   build -- only build: everything, or the targets given (scripts/dev.sh build bellows_cli bellows_bare_loop)
 #   sanitize asan|tsan -- the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (asan) or
 #            ThreadSanitizer (tsan), in build-asan/ or build-tsan/; args after the kind go to ctest
-#   fuzz [SECONDS] [TARGET ...] -- the libFuzzer targets of tests/fuzz (built with clang, ASan + UBSan, in
-#            build-fuzz/), each for SECONDS (default 20) from its seed corpus; a table of runs and coverage
+#   fuzz [SECONDS] [TARGET ...] -- the libFuzzer targets of tests/fuzz, each for SECONDS (default 20) from its seed
+#            corpus; a table of runs and coverage
+# build-asan/ is one Clang build for both the ASan unit suite and the fuzz targets (ASan + UBSan + libFuzzer's
+# coverage, fuzzer-no-link): the instrumented library is compiled once, not once with GCC for the unit suite and
+# again with Clang for libFuzzer. build-tsan/ is a GCC build.
 # Build directory: $BELLOWS_BUILD_DIR (default: build/ in the clone). ccache's cache lives in $BELLOWS_CACHE.
 # LibTorch and the C++ libraries: scripts/setup.sh (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX; docs/gpu.md).
 set -euo pipefail
@@ -18,7 +21,7 @@ mode="${1:-run}"
 shift || true
 case "$mode" in run|test|build|sanitize|fuzz) ;; *) echo "usage: scripts/dev.sh run|test|build|sanitize asan|tsan|fuzz [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
 sanitizer=""
-[ "$mode" = fuzz ] && sanitizer=fuzz
+[ "$mode" = fuzz ] && sanitizer=asan
 if [ "$mode" = sanitize ]; then
   sanitizer="${1:-}"
   shift || true
@@ -46,12 +49,15 @@ if [ -n "$sanitizer" ]; then
   # The library and its unit tests (or fuzz targets) only, instrumented; LibTorch is not.
   kinds=address,undefined; [ "$sanitizer" = tsan ] && kinds=thread
   configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
-  if [ "$sanitizer" = fuzz ]; then
-    configure_args+=(-DCMAKE_CXX_COMPILER=clang++-16 -DBELLOWS_SANITIZE=address,undefined,fuzzer-no-link -DBELLOWS_BUILD_FUZZ=ON
-      -DBELLOWS_BUILD_TESTS=OFF)
+  if [ "$sanitizer" = asan ]; then
+    configure_args+=(-DCMAKE_CXX_COMPILER=clang++-16 -DBELLOWS_SANITIZE=address,undefined,fuzzer-no-link -DBELLOWS_BUILD_FUZZ=ON)
   else
     configure_args+=(-DBELLOWS_SANITIZE="$kinds")
   fi
+fi
+# build-asan/ of an older checkout was a GCC build without the fuzz targets: start it afresh.
+if [ "$sanitizer" = asan ] && [ -f "$build_dir/CMakeCache.txt" ] && ! grep -qx "BELLOWS_BUILD_FUZZ:BOOL=ON" "$build_dir/CMakeCache.txt"; then
+  rm -rf "$build_dir"
 fi
 # Configured once; again when the LibTorch or library prefix changed (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX).
 if [ ! -f "$build_dir/build.ninja" ] || ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$BELLOWS_PREFIX_PATH" "$build_dir/CMakeCache.txt"; then
@@ -61,6 +67,8 @@ targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)
 [ "$mode" = build ] && [ $# -gt 0 ] && targets=(--target "$@")
 [ "$mode" = sanitize ] && targets=(--target bellows_unit_tests)
+# The fuzz targets too: build-asan's CTest runs their seeds (fuzz.<name>.seeds).
+[ "$sanitizer" = asan ] && targets=(--target bellows_unit_tests bellows_fuzz_targets)
 fuzz_seconds=20
 if [ "$mode" = fuzz ]; then
   if [[ "${1:-}" =~ ^[0-9]+$ ]]; then fuzz_seconds="$1"; shift; fi
@@ -76,7 +84,7 @@ case "$mode" in
       "$0" sanitize asan
     fi
     if [ "${BELLOWS_TEST_FUZZ:-1}" != 0 ]; then
-      echo "[dev.sh] each fuzz target for 20 s (build-fuzz/)" >&2
+      echo "[dev.sh] each fuzz target for 20 s (build-asan/)" >&2
       "$0" fuzz 20
     fi
     cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" "$@" ;;

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Runs bellows' libFuzzer targets (tests/fuzz, built by `scripts/dev.sh fuzz` into build-fuzz/) one after the
+"""Runs bellows' libFuzzer targets (tests/fuzz, built by `scripts/dev.sh fuzz` into build-asan/) one after the
 other, each for --seconds from its seed corpus, and prints a table: executions, executions per second, coverage
 (libFuzzer's edge counter `cov` and feature count `ft`), corpus size, and the crash, if any, with the file that
 reproduces it. Exit 1 when a target crashed, leaked, timed out or ran out of memory.
 
-    python3 tests/fuzz/run_fuzz.py --build build-fuzz --seconds 600 [--json out.json] [TARGET ...]
+    python3 tests/fuzz/run_fuzz.py --build build-asan --seconds 600 [--json out.json] [TARGET ...]
 
-The working corpus of each target is build-fuzz/fuzz-corpus/<target> (what a run finds is kept there for the
+The working corpus of each target is build-asan/fuzz-corpus/<target> (what a run finds is kept there for the
 next run); the seeds in tests/fuzz/corpus/<target> are read, never written. Standard library only.
 """
 import argparse
@@ -20,7 +20,7 @@ from pathlib import Path
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build-fuzz")
+    ap.add_argument("--build", default="build-asan")
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--json")
     ap.add_argument("targets", nargs="*", help="target names (default: every bellows_fuzz_* executable)")

@@ -18,6 +18,7 @@
 
 #include "bellows/util/error.h"
 #include "bellows/util/exception_report.h"
+#include "bellows/util/sanitizers.h"  // defines: kSanitizedBuild
 #include "test_util.h"
 
 C10_DECLARE_bool(caffe2_use_fatal_for_enforce);
@@ -159,10 +160,10 @@ TEST(Tokenizer, AModelOnWhichSentencePieceThrowsIsADataError) {
 // FLAGS_caffe2_use_fatal_for_enforce: a failed CPU allocation then aborted the process instead of throwing. The
 // tokenizer now loads SentencePiece as a module with RTLD_DEEPBIND (data/sentencepiece/module.h).
 TEST(Tokenizer, SentencePieceLeavesLibTorchsFlagsAlone) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "sanitizer builds open the SentencePiece module without RTLD_DEEPBIND (their runtimes refuse it), so the "
-                  "collision this test guards against is back there";
-#endif
+  if (util::kSanitizedBuild) {  // GCC's __SANITIZE_ADDRESS__ or Clang's __has_feature (util/sanitizers.h)
+    GTEST_SKIP() << "sanitizer builds open the SentencePiece module without RTLD_DEEPBIND (their runtimes refuse it), so the "
+                    "collision this test guards against is back there";
+  }
   TokenizerTrainOptions o;
   o.vocab_size = 50;
   o.model_type = "bpe";

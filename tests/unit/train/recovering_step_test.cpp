@@ -249,7 +249,7 @@ TEST(RecoveringStep, AnOutOfMemoryMicroBatchRunsAgainHalved) {
     dist::SingleDevice single;
     Optimizer optimizer(bellows::named_parameters(*model), options.optimizer);
     const std::vector<at::Tensor> params = optimizer.parameters();
-    obs::PhaseClock clock(c10::Device(c10::kCPU));
+    obs::PhaseClock clock{c10::Device(c10::kCPU)};
     split.parts = parts;
     const StepParts p{*model, *task, *policy, optimizer, single, options, params, clock, split,
                       [&](const std::string& text) { messages.push_back(text); }};

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
       workloads.push_back(std::move(w3));
     }
     if (a.only.empty() || a.only == "w4") {
-      Workload w4{"W4", "model: {name: resnet, depth: 18, num_classes: 10, in_channels: 3}\n", {}};
+      Workload w4{"W4", "model: {name: resnet, depth: 18, out_features: 10, in_channels: 3}\n", {}};
       w4.batch.tensors = {{"x", at::randn({a.batch, 3, 128, 128})}, {"y", at::randint(0, 10, {a.batch}, at::kLong)}};
       w4.batch.size = a.batch;
       workloads.push_back(std::move(w4));

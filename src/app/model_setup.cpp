@@ -44,6 +44,18 @@ std::string import_note(const models::WeightImport& w, const std::vector<std::st
                                          : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; ")));
 }
 
+std::optional<plan::PlanEntry> take_input_width_from_data(config::Config& c, const data::Dataset& train) {
+  if (!c.has("model.in_features") || !c.is_schema_default("model.in_features") || train.size() == 0) return std::nullopt;
+  const data::Batch one = data::first_sample(train);
+  const auto x = one.tensors.find("x");
+  if (x == one.tensors.end() || !x->second.defined() || x->second.dim() < 2 || x->second.size(-1) < 1) return std::nullopt;  // checked next
+  const std::int64_t width = x->second.size(-1);
+  c.set("model.in_features", YAML::Node(width),
+        config::Origin::noted(fmt::format("the data: {}'s inputs x have {} features", train.name(), width)));
+  return plan::PlanEntry{"model.in_features", std::to_string(width),
+                         fmt::format("not set: the width of the data's inputs (x {} in {})", shape_of(x->second.select(0, 0)), train.name())};
+}
+
 void check_data_against_model(const config::Config& c, const data::Dataset& train) {
   if (c.has("model.in_features") && train.size() > 0) {
     const data::Batch one = data::first_sample(train);
@@ -57,7 +69,8 @@ void check_data_against_model(const config::Config& c, const data::Dataset& trai
   }
   // The targets against model.out_features, for the models with a model.task (mlp, lstm/gru, transformer): a
   // shape mismatch or a label out of range would otherwise surface as LibTorch's error inside the first step.
-  if (c.has("model.out_features") && c.has("model.task") && train.size() > 0) {
+  // (0: the model takes the count from the data and checks it itself, models/class_count.h.)
+  if (c.has("model.out_features") && c.has("model.task") && config::get_int(c, "model.out_features") > 0 && train.size() > 0) {
     const data::Batch one = data::first_sample(train);
     const std::int64_t out = config::get_int(c, "model.out_features");
     if (const auto y = one.tensors.find("y"); y != one.tensors.end() && y->second.defined()) {

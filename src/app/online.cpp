@@ -26,6 +26,7 @@
 #include "bellows/models/dropout.h"
 #include "bellows/obs/console_sink.h"
 #include "bellows/obs/jsonl_sink.h"
+#include "bellows/obs/profile.h"
 #include "bellows/obs/tensorboard_sink.h"
 #include "bellows/train/step_graph.h"
 #include "bellows/train/trainer.h"
@@ -101,6 +102,9 @@ struct OnlineTrainer::Parts {
 };
 
 OnlineTrainer::OnlineTrainer(const config::Config& c) : parts_(std::make_unique<Parts>()), compute_(plan_threads(c)) {
+  // The one exception to LibTorch work on the compute thread: the profiler that counts FLOPs is initialised here, on
+  // the program's thread (obs/profile.h says why; it starts no OpenMP team).
+  if (config::get_bool(c, "log.flops")) obs::FlopCounter::initialise_on_this_thread();
   compute_.submit<void>([&] { construct(c); }).get();  // LibTorch work on the compute thread only (see ComputeThread)
 }
 

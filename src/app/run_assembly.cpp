@@ -210,7 +210,8 @@ std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareI
   return rows;
 }
 
-AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
+AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o) {
+  config::Config c = given;  // the data may fill in the model's input width (take_input_width_from_data)
   AssembledRun a;
   // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
@@ -253,6 +254,7 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   if (!o.online) {
     a.loaders = make_loaders(c, a.plan, o.stream, ranks.rank(), ranks.world_size());
     a.plan.revise(a.loaders->plan_rows);  // what the data decided (the workers, from a measured batch)
+    if (auto row = take_input_width_from_data(c, *a.loaders->splits.train)) a.plan.entries.push_back(*row);
     check_data_against_model(c, *a.loaders->splits.train);
   }
 
@@ -332,6 +334,10 @@ AssembledRun assemble_run(const config::Config& c, const AssemblyOptions& o) {
   if (ranks.is_main()) {
     write_file_atomically(a.run_dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
     write_file_atomically(a.run_dir / "plan.json", a.plan.to_json());
+    // The numbers a categorical CSV column's values became (docs/data.md): what `predict` inputs must use.
+    if (a.loaders && !a.loaders->splits.facts.categories.empty()) {
+      write_file_atomically(a.run_dir / "categories.json", nlohmann::json(a.loaders->splits.facts.categories).dump(2) + "\n");
+    }
   }
   trainer.set_run_info(config::get_string(c, "name"), a.run_dir.string());
   trainer.set_header(header_rows(hw, a.plan));

@@ -106,7 +106,12 @@ std::string Origin::str() const {
 Config::Config() : root_(YAML::NodeType::Map) {}
 
 Config::Config(const Config& other)
-    : root_(YAML::Clone(other.root_)), origins_(other.origins_), name_(other.name_), sources_(other.sources_), profile_(other.profile_) {}
+    : root_(YAML::Clone(other.root_)),
+      origins_(other.origins_),
+      name_(other.name_),
+      sources_(other.sources_),
+      profile_(other.profile_),
+      plan_notes_(other.plan_notes_) {}
 
 Config& Config::operator=(const Config& other) {
   if (this != &other) {
@@ -115,6 +120,7 @@ Config& Config::operator=(const Config& other) {
     name_ = other.name_;
     sources_ = other.sources_;
     profile_ = other.profile_;
+    plan_notes_ = other.plan_notes_;
   }
   return *this;
 }
@@ -124,7 +130,8 @@ Config::Config(Config&& other) noexcept
       origins_(std::move(other.origins_)),
       name_(std::move(other.name_)),
       sources_(std::move(other.sources_)),
-      profile_(std::move(other.profile_)) {
+      profile_(std::move(other.profile_)),
+      plan_notes_(std::move(other.plan_notes_)) {
   other.root_.reset(YAML::Node());  // detach the moved-from config (an empty handle: allocates nothing)
 }
 
@@ -136,6 +143,7 @@ Config& Config::operator=(Config&& other) noexcept {
     name_ = std::move(other.name_);
     sources_ = std::move(other.sources_);
     profile_ = std::move(other.profile_);
+    plan_notes_ = std::move(other.plan_notes_);
   }
   return *this;
 }
@@ -282,6 +290,11 @@ YAML::Node Config::node(const std::string& key) const {
   if (parts.empty()) return YAML::Node(YAML::NodeType::Undefined);
   const YAML::Node found = find(root_, parts);
   return found.IsDefined() ? YAML::Clone(found) : YAML::Node(YAML::NodeType::Undefined);
+}
+
+bool Config::is_schema_default(const std::string& key) const {
+  const auto it = origins_.find(key);
+  return has(key) && it != origins_.end() && it->second.file.empty() && it->second.note == kDefaultNote;
 }
 
 const Origin& Config::origin(const std::string& key) const {

@@ -130,7 +130,7 @@ DataFacts facts_of(const Dataset& dataset) {
   for (const auto& source : source_registry()) {
     if (!source.facts) continue;
     DataFacts f = source.facts(*d);
-    if (f.classes || f.grid || f.text) {
+    if (f.classes || f.grid || f.text || !f.categories.empty()) {
       f.source = d->name();
       return f;
     }

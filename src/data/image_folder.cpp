@@ -242,8 +242,8 @@ void ImageFolderDataset::list_subfolders() {
   for (const std::string& folder : folders) {
     const auto it = std::find(classes_.begin(), classes_.end(), folder);
     BELLOWS_CHECK_DATA(it != classes_.end(),
-                       fmt::format("{}: class folder '{}' is not one of the configured classes", root.string(), folder),
-                       fmt::format("known classes: {} (data.images.classes)", known_classes(classes_)));
+                       fmt::format("{}: class folder '{}' is not one of the training data's classes", root.string(), folder),
+                       fmt::format("known classes: {} (a validation folder takes the training data's)", known_classes(classes_)));
     const std::vector<std::string> images = images_below(root, root / folder);
     BELLOWS_CHECK_DATA(!images.empty(),
                        fmt::format("class folder {} has no images (.png, .jpg, .jpeg)", (root / folder).string()),
@@ -330,7 +330,7 @@ void ImageFolderDataset::read_index() {
     std::int64_t label = it != number_of.end() ? it->second : -1;
     if (label < 0 && is_integer(names[i]) && std::stoll(names[i]) < count) label = std::stoll(names[i]);
     BELLOWS_CHECK_DATA(label >= 0, fmt::format("{} line {}: unknown label '{}'", index, lines[i], names[i]),
-                       fmt::format("known classes: {} (data.images.classes)", known_classes(classes_)));
+                       fmt::format("known classes: {} (a validation index takes the training data's)", known_classes(classes_)));
     labels_.push_back(label);
   }
 }

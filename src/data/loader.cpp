@@ -102,6 +102,7 @@ void Loader::start_epoch(std::int64_t epoch) {
 Loader::Result Loader::load(const Job& job) const {
   const auto start = Clock::now();
   Result r;
+  r.started = start;
   try {
     FetchContext context;
     context.seed = job.seed;
@@ -210,6 +211,8 @@ void Loader::count(const Result& r) {
   stats_.bytes += r.bytes;
   stats_.stages += r.times;
   stats_.worker_busy_seconds += r.busy;
+  if (!first_work_ || r.started < *first_work_) first_work_ = r.started;
+  last_delivery_ = Clock::now();
 }
 
 std::optional<Batch> Loader::next() {
@@ -272,6 +275,7 @@ void Loader::load_state_dict(const StateDict& state) {
 LoaderStats Loader::stats() const {
   LoaderStats s = stats_;
   s.wall_seconds = stats_start_ ? seconds_since(*stats_start_) : 0;
+  s.busy_span_seconds = first_work_ && last_delivery_ ? std::chrono::duration<double>(*last_delivery_ - *first_work_).count() : 0;
   std::lock_guard lock(mutex_);
   s.queue_bytes_peak = queue_peak_;
   s.queued = static_cast<std::int64_t>(done_.size());
@@ -282,6 +286,8 @@ void Loader::reset_stats() {
   const LoaderStats fresh{.workers = stats_.workers, .prefetch = stats_.prefetch};
   stats_ = fresh;
   stats_start_.reset();
+  first_work_.reset();
+  last_delivery_.reset();
   std::lock_guard lock(mutex_);
   queue_peak_ = queue_bytes_;
 }

@@ -446,6 +446,8 @@ struct NetcdfFile::Impl {
   // Opens the file and reads its dimensions; the caller holds the mutex.
   void open() {
     std::error_code ec;
+    BELLOWS_CHECK_DATA(!fs::is_directory(path, ec), fmt::format("{} is a directory, not a NetCDF file", file),
+                       "give data.path the NetCDF file (.nc) itself");
     BELLOWS_CHECK_DATA(fs::is_regular_file(path, ec), fmt::format("{}: no such file", file),
                        fmt::format("check the path (relative paths start at {})", fs::current_path().string()));
     // A classic-format header is walked before libnetcdf parses it (ClassicHeader says why).

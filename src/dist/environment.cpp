@@ -136,8 +136,11 @@ int slurm_tasks_on_node(const std::string& text, int node_index) {
 ProcessInfo detect_process(const EnvLookup& env) {
   ProcessInfo p;
   if (env("RANK") || env("WORLD_SIZE")) {
-    // torchrun, `bellows launch`, or any launcher that speaks torch.distributed's env:// convention.
-    p.launcher = "torchrun";
+    // torchrun, `bellows launch`, or any launcher that speaks torch.distributed's env:// convention: named by what
+    // it sets beside (`bellows launch` its BELLOWS_LAUNCHER, torchrun its TORCHELASTIC_RUN_ID).
+    p.launcher = env("BELLOWS_LAUNCHER") == std::optional<std::string>("bellows launch") ? "bellows launch"
+                 : env("TORCHELASTIC_RUN_ID")                                             ? "torchrun"
+                                                                                           : "an env:// launcher";
     p.rank = required_int(env, "RANK", "torchrun-style (RANK/WORLD_SIZE)");
     p.world_size = required_int(env, "WORLD_SIZE", "torchrun-style (RANK/WORLD_SIZE)");
     p.local_rank = static_cast<int>(env_int(env, "LOCAL_RANK").value_or(p.rank));
@@ -170,6 +173,11 @@ ProcessInfo detect_process(const EnvLookup& env) {
                    "OMPI_COMM_WORLD_LOCAL_SIZE"}, p);
   } else if (env("PMI_RANK")) {
     from_mpi(env, {"mpich", "MPICH (PMI)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}, p);
+  } else if (env("SLURM_PROCID")) {
+    // Inside an allocation but not a task of a step: sbatch's script or salloc's shell, one process.
+    p.reason = fmt::format("SLURM_PROCID={} but no SLURM_STEP_ID{}: this shell is the allocation's (a batch script or salloc), "
+                           "not a task of an srun step; srun starts the ranks", *env("SLURM_PROCID"),
+                           env("SLURM_NTASKS") ? "" : " nor SLURM_NTASKS");
   } else {
     p.reason = "no launcher environment (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK)";
   }

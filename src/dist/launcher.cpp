@@ -73,7 +73,8 @@ std::vector<std::pair<std::string, std::string>> launch_environment(const Launch
           {"LOCAL_RANK", std::to_string(local_rank)},
           {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc)},
           {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
-          {"GROUP_RANK", std::to_string(o.node_rank)}};
+          {"GROUP_RANK", std::to_string(o.node_rank)},
+          {"BELLOWS_LAUNCHER", "bellows launch"}};  // the plan's strategy row names the launcher (environment.h)
 }
 
 LaunchResult launch(const LaunchOptions& o, std::atomic<int>* stop) {

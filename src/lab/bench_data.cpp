@@ -19,7 +19,7 @@ double DataBenchRow::batches_per_second() const { return stats.wall_seconds > 0 
 double DataBenchRow::samples_per_second() const { return stats.wall_seconds > 0 ? stats.samples / stats.wall_seconds : 0; }
 double DataBenchRow::bytes_per_second() const { return stats.wall_seconds > 0 ? stats.bytes / stats.wall_seconds : 0; }
 double DataBenchRow::worker_utilisation() const {
-  return workers > 0 && stats.wall_seconds > 0 ? stats.worker_busy_seconds / (stats.wall_seconds * workers) : 0;
+  return workers > 0 && stats.busy_span_seconds > 0 ? stats.worker_busy_seconds / (stats.busy_span_seconds * workers) : 0;
 }
 double DataBenchRow::wait_fraction() const { return stats.wall_seconds > 0 ? stats.wait_seconds / stats.wall_seconds : 0; }
 
@@ -133,7 +133,8 @@ std::string DataBenchReport::table() const {
                      b.workers == 0 ? std::string("synchronous loading") : fmt::format("{} workers, prefetch {}", b.workers, b.prefetch),
                      rows[0].batches_per_second() > 0 ? b.batches_per_second() / rows[0].batches_per_second() : 0.0, b.workers,
                      std::max<std::int64_t>(b.prefetch, 1), b.workers == 0 ? " (or data.use_prefetch=false)" : "");
-  out += "  Stage times are summed over workers; util = worker busy time / (wall time x workers); wait = share of the wall time\n"
+  out += "  Stage times are summed over workers; util = the timed batches' worker busy time / (workers x the span from the start\n"
+         "  of their earliest work to the last delivery; prefetched batches were begun before the timed part); wait = share of the wall time\n"
          "  the consumer waited for a batch. Without a model the loader runs flat out; in training it competes with compute.\n";
   return out;
 }

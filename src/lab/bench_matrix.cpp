@@ -97,7 +97,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
       row("accumulation", "accumulation x2", {}, "accumulation", fmt::format("not measured: data.batch_size {} is not even", b));
     }
   }
-  // Activation checkpointing of every block (models without blocks: the trial says so).
+  // Activation checkpointing of every block (a model without blocks: its trial's refusal makes the row not applicable).
   if (config::get_string_list(c, "checkpointing").empty()) {
     row("checkpointing", "checkpointing=[*]", {"checkpointing=['*']"}, "activation checkpointing: ~50% less memory, ~30% slower");
   } else {
@@ -181,9 +181,18 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
     // Rotated by one each round: the baseline first in the first round, last-but-round in the others.
     for (std::size_t k = 0; k < order.size() && !runner.stopped(); ++k) {
       MatrixRow& r = *order[(k + static_cast<std::size_t>(round)) % order.size()];
-      if (!r.error.empty()) continue;  // failed in an earlier round: not again
+      if (!r.error.empty() || !r.skipped.empty()) continue;  // failed or found not applicable in an earlier round: not again
       Trial t = runner.run(fmt::format("{} (round {})", r.label, round + 1), r.overrides, options.trial_seconds, 5, /*baseline=*/&r == &report.baseline);
-      if (!t.measured()) r.error = t.error.empty() ? "fewer than 3 steps in the trial" : t.error;
+      if (!t.measured()) {
+        // A model that cannot take the setting (no blocks to checkpoint: models/activation_checkpoint.h's refusal,
+        // which starts "checkpointing: ") is a row that does not apply, like channels_last without convolutions.
+        if (r.id == "checkpointing" && t.error.rfind("checkpointing: ", 0) == 0) {
+          r.skipped = "not applicable: " + t.error.substr(std::string("checkpointing: ").size());
+          r.trials.clear();
+          continue;
+        }
+        r.error = t.error.empty() ? "fewer than 3 steps in the trial" : t.error;
+      }
       r.trials.push_back(std::move(t));
     }
   }
@@ -192,7 +201,7 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
   summarise_row(report.baseline);
   for (auto& r : report.rows) {
     if (!r.skipped.empty()) continue;
-    if (!r.error.empty()) {  // not applicable to this model (no blocks to checkpoint), or failed
+    if (!r.error.empty()) {  // failed
       r.trials.clear();
       continue;
     }

@@ -196,8 +196,9 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
   for (std::size_t i = 0; i < experiments.size(); ++i) {
     const Experiment& e = experiments[i];
     const double left = options.budget_s - since(start);
-    // As long as the baseline trained at most (comparable measurements), and an equal share of what is left.
-    const double share = std::min(base.fit_seconds + 1.0, left / static_cast<double>(experiments.size() - i) - setup_s);
+    // As long as the baseline trained at most (comparable measurements), and an equal share of what is left. A trial
+    // goes on past it only to reach its 5 optimizer steps (lab/trial.h), and stops at the first record after it.
+    const double share = std::min(base.fit_seconds, left / static_cast<double>(experiments.size() - i) - setup_s);
     const double needed = 5 * std::max(base.step_ms, base.first_step_ms / 5) / 1e3;
     if (options.stop_flag && options.stop_flag->load()) {
       skipped[e.id] = "stopped (signal)";

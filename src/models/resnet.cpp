@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/models/class_count.h"
 #include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
@@ -197,9 +198,10 @@ std::vector<std::string> ResNetImpl::checkpoint_blocks() const {
 namespace {
 
 // The model's input channels and class count against the training data: clear errors before the first step
-// instead of a shape mismatch inside a convolution or an out-of-range target inside the loss. model.num_classes 0
-// takes the data's class count.
-void check_against_data(ResNetOptions& o, const config::Config& c, const data::Dataset& train, const data::DataFacts& facts) {
+// instead of a shape mismatch inside a convolution or an out-of-range target inside the loss. A class count of 0
+// takes the data's. `key` is the config key that gave the count (models/class_count.h).
+void check_against_data(ResNetOptions& o, const config::Config& c, const std::string& key, const data::Dataset& train,
+                        const data::DataFacts& facts) {
   if (train.size() > 0) {
     const data::Batch one = data::first_sample(train);
     const at::Tensor& x = one.at("x");
@@ -222,19 +224,17 @@ void check_against_data(ResNetOptions& o, const config::Config& c, const data::D
   }
   if (o.num_classes == 0) {
     BELLOWS_CHECK_CONFIG(exact || at_least > 0,
-                         fmt::format("model.num_classes is 0 (from the data), but {} has no class labels", origin),
-                         "set model.num_classes");
+                         fmt::format("{} is 0 (from the data), but {} has no class labels", key, origin),
+                         "set model.out_features to the number of classes");
     o.num_classes = exact ? *exact : at_least;
     return;
   }
   BELLOWS_CHECK_CONFIG(!exact || *exact == o.num_classes,
-                       fmt::format("model.num_classes is {} ({}) but {} has {} classes", o.num_classes,
-                                   c.origin("model.num_classes").str(), origin, exact.value_or(0)),
-                       fmt::format("set model.num_classes: {} (or 0 to take the data's count)", exact.value_or(0)));
+                       fmt::format("{} is {} ({}) but {} has {} classes", key, o.num_classes, c.origin(key).str(), origin, exact.value_or(0)),
+                       fmt::format("set model.out_features: {} (or 0 to take the data's count)", exact.value_or(0)));
   BELLOWS_CHECK_CONFIG(at_least <= o.num_classes,
-                       fmt::format("model.num_classes is {} ({}) but {} has labels up to {}", o.num_classes,
-                                   c.origin("model.num_classes").str(), origin, at_least - 1),
-                       fmt::format("set model.num_classes to at least {} (or 0 to take the data's count)", at_least));
+                       fmt::format("{} is {} ({}) but {} has labels up to {}", key, o.num_classes, c.origin(key).str(), origin, at_least - 1),
+                       fmt::format("set model.out_features to at least {} (or 0 to take the data's count)", at_least));
 }
 
 // The model.* keys of ResNetOptions, bound once (config/binding.h).
@@ -244,12 +244,18 @@ const config::Binding<ResNetOptions>& resnet_binding() {
     b.key("depth", &O::depth, "18 ([2,2,2,2] BasicBlocks) or 34 ([3,4,6,3])").min(18).max(34);
     b.key("width", &O::width, "channel multiplier: 64 x width rounded to a multiple of 8 (>= 8) in the first stage").min(1e-3);
     b.key("in_channels", &O::in_channels, "image channels").min(1);
-    // 0 takes the training data's class count (check_against_data); the struct's 1000 is ImageNet's, for C++ callers.
-    b.key("num_classes", &O::num_classes, "classes (0: the training data's class count)").min(0).default_value(YAML::Node(0));
+    // The class count (model.out_features, models/class_count.h) is read apart from the binding.
     b.key("stem", &O::stem, "imagenet: 7x7 stride-2 conv + max pool; small: 3x3 stride-1 conv, no pool (small images)")
         .choices({"imagenet", "small"});
     b.key("zero_init_residual", &O::zero_init_residual, "start each block's last BatchNorm at weight 0");
   });
+}
+
+// The binding's keys, and the class count (0: the data's; the struct's 1000 is ImageNet's, for C++ callers).
+ResNetOptions resnet_options(const config::Config& c) {
+  ResNetOptions o = resnet_binding().read(c);
+  o.num_classes = read_class_count(c).value;
+  return o;
 }
 
 ModelEntry resnet_entry() {
@@ -257,28 +263,33 @@ ModelEntry resnet_entry() {
   e.name = "resnet";
   e.convolutional = true;
   e.help = "ResNet-18/34 image classifier, torchvision-compatible names (W4); task: classification";
-  e.add_keys = [](config::Schema& s) { resnet_binding().declare(s); };
+  e.add_keys = [](config::Schema& s) {
+    resnet_binding().declare(s);
+    declare_class_count(s, "the training data's class count");
+  };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the image size comes from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
     if (x.dim() != 4) return std::nullopt;
-    ResNetOptions o = resnet_binding().read(c);
+    ResNetOptions o = resnet_options(c);
     o.in_channels = x.size(1);
-    if (o.num_classes == 0) check_against_data(o, c, *context.train, context.facts);
+    if (o.num_classes == 0) check_against_data(o, c, read_class_count(c).key, *context.train, context.facts);
     return resnet_forward_flops(o, x.size(2), x.size(3));
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    ResNetOptions o = resnet_binding().read(c);
+    ResNetOptions o = resnet_options(c);
+    const std::string key = read_class_count(c).key;
     if (context.train) {
-      check_against_data(o, c, *context.train, context.facts);
+      check_against_data(o, c, key, *context.train, context.facts);
     } else {
-      BELLOWS_CHECK_CONFIG(o.num_classes > 0,
-                           "model.num_classes is 0 (from the data), but the model is built without data",
-                           "set model.num_classes");
+      BELLOWS_CHECK_CONFIG(o.num_classes > 0, fmt::format("{} is 0 (from the data), but the model is built without data", key),
+                           "set model.out_features to the number of classes");
     }
     auto module = std::make_shared<ResNetImpl>(o);
     Forward forward = [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<ResNetImpl&>(m).forward(x); };
-    return BuiltModel{module, make_classification_task(forward)};
+    BuiltModel built{module, make_classification_task(forward)};
+    if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
+    return built;
   };
   return e;
 }

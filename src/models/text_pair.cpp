@@ -8,6 +8,7 @@
 #include <map>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/models/class_count.h"
 #include "bellows/models/dropout.h"
 #include "bellows/models/flops.h"
 #include "bellows/models/registry.h"
@@ -68,7 +69,7 @@ at::Tensor TextEncoderImpl::encode(const at::Tensor& embedded, const at::Tensor&
 
 TextPairClassifierImpl::TextPairClassifierImpl(const TextPairOptions& options) : options_(options) {
   BELLOWS_CHECK_CONFIG(options.num_classes >= 2, fmt::format("text_pair num_classes={}, expected >= 2", options.num_classes),
-                       "set model.num_classes, or train with labelled text_pairs data");
+                       "set model.out_features, or train with labelled text_pairs data");
   BELLOWS_CHECK_CONFIG(options.pooling == "cls" || options.pooling == "mean", fmt::format("unknown pooling '{}'", options.pooling),
                        "use one of: cls, mean");
   encoder_ = register_module("encoder", TextEncoder(options));
@@ -191,8 +192,8 @@ std::int64_t from_data(const config::Config& c, const std::string& key, std::int
 }
 
 // The model.* keys of TextPairOptions, bound once (config/binding.h). A 0 in model.max_len, vocab_size or
-// num_classes takes the data's value (build below), so the config's default is 0 where the struct's is a size
-// for C++ callers. freeze_encoder and the encoder_weights keys are no options fields: they act on the built model.
+// out_features (the class count, models/class_count.h, read apart) takes the data's value (build below), so the
+// config's default is 0 where the struct's is a size for C++ callers. freeze_encoder and the encoder_weights keys are no options fields: they act on the built model.
 const config::Binding<TextPairOptions>& text_pair_binding() {
   using O = TextPairOptions;
   using E = TransformerEncoderOptions;
@@ -203,7 +204,6 @@ const config::Binding<TextPairOptions>& text_pair_binding() {
     b.key("pooling", &O::pooling, "sequence summary: the [CLS] output or the mean over real tokens").choices({"cls", "mean"});
     b.key("vocab_size", &O::vocab_size, "token embedding rows (0: the tokenizer's vocabulary)").min(0).default_value(YAML::Node(0));
     b.key("pad_id", &O::pad_id, "padding token id without text_pairs data (with it: the tokenizer's)").min(0);
-    b.key("num_classes", &O::num_classes, "classes (0: the data's labels)").min(0).default_value(YAML::Node(0));
   });
 }
 
@@ -215,6 +215,7 @@ ModelEntry text_pair_entry() {
     using config::Type;
     auto node = [](auto v) { return YAML::Node(v); };
     text_pair_binding().declare(s);
+    declare_class_count(s, "the data's labels");
     s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
         .default_value(node(false));
     s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
@@ -224,7 +225,8 @@ ModelEntry text_pair_entry() {
   };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     // At the longest pair the data allows: batches are padded to their longest pair, so most steps compute less.
-    const TextPairOptions o = text_pair_binding().read(c);
+    TextPairOptions o = text_pair_binding().read(c);
+    o.num_classes = read_class_count(c).value;
     const auto& text = context.facts.text;
     const std::int64_t tokens = o.encoder.max_len > 0 ? o.encoder.max_len : text ? text->max_len : 128;
     const std::int64_t num_classes = o.num_classes > 0 ? o.num_classes : text ? text->num_classes : 0;
@@ -235,11 +237,13 @@ ModelEntry text_pair_entry() {
                           "so shorter batches compute less";
   e.build = [](const config::Config& c, const ModelContext& context) {
     TextPairOptions o = text_pair_binding().read(c);
+    const ClassCount class_count = read_class_count(c);
     // As configured (0: the data's).
-    const std::int64_t vocab = o.vocab_size, classes = o.num_classes, max_len = o.encoder.max_len;
+    const std::int64_t vocab = o.vocab_size, classes = class_count.value, max_len = o.encoder.max_len;
+    o.num_classes = classes;
     if (const auto& text = context.facts.text) {  // tokenised text data: its vocabulary, labels and length
       o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size, "tokenizer vocabulary size");
-      o.num_classes = from_data(c, "model.num_classes", classes, text->num_classes, "number of labels");
+      o.num_classes = from_data(c, class_count.key, classes, text->num_classes, "number of labels");
       o.pad_id = text->pad_id;
       o.encoder.max_len = max_len == 0 ? text->max_len : max_len;
       BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len,
@@ -248,14 +252,15 @@ ModelEntry text_pair_entry() {
                            fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len));
     } else {
       BELLOWS_CHECK_CONFIG(vocab > 0 && classes > 0,
-                           fmt::format("model text_pair without text_pairs data needs model.vocab_size and model.num_classes "
-                                       "(they are {} and {})", vocab, classes),
+                           fmt::format("model text_pair without text_pairs data needs model.vocab_size and {} "
+                                       "(they are {} and {})", class_count.key, vocab, classes),
                            "use data.source: text_pairs, or set both keys");
-      o.encoder.max_len = max_len == 0 ? 128 : max_len;  // pad_id, vocab_size and num_classes: the config's
+      o.encoder.max_len = max_len == 0 ? 128 : max_len;  // pad_id, vocab_size and the class count: the config's
     }
     auto module = std::make_shared<TextPairClassifierImpl>(o);
     if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
     BuiltModel built{module, std::make_shared<TextPairTask>()};
+    if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
     if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
       // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
       built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",

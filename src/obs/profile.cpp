@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <map>
+#include <mutex>
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically_via
 #include "bellows/util/check.h"
@@ -145,6 +146,14 @@ bool FlopCounter::start() {
   filter_flop_warnings(true);
   active_ = true;
   return true;
+}
+
+void FlopCounter::initialise_on_this_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    FlopCounter empty;
+    if (empty.start()) empty.stop();
+  });
 }
 
 double FlopCounter::stop() {

@@ -104,6 +104,9 @@ void Recorder::start_fit(std::int64_t epochs, std::int64_t batches_per_epoch, st
 void Recorder::start_epoch(std::int64_t step) {
   window_->reset(now_s(), step, precision_.skipped_steps());
   window_->epoch_start_s = window_->start_s;
+  // What came before the window (an epoch-end evaluation, the loader's new epoch) is not in its step time: nor in
+  // its phases.
+  clock_->mark();
 }
 
 void Recorder::begin_step(std::int64_t step) {
@@ -141,6 +144,9 @@ std::string Recorder::record(const Position& at) {
   Window& w = *window_;
   if (w.micro_batches == 0) return "";
   const double t = now_s();
+  // The window ends here for the phases as for its wall time: what ran since the last step (an evaluation before
+  // this record) is `other`; the rest of this record and what follows it go to the next window's `other`.
+  clock_->lap(obs::Phase::kOther);
   obs::StepRecord r;
   r.step = at.step;
   r.epoch = at.epoch;

@@ -263,6 +263,30 @@ TEST_F(CApi, SessionsRunInTheBackgroundWhileTheProgramPushes) {
   EXPECT_EQ(bellows_destroy(slow), BELLOWS_OK) << error();
 }
 
+// Sessions run on bellows' compute thread; the FLOP counter's profiler (log.flops, on by default) printed "ERROR:
+// External init callback must run in same thread as registerClient" there on first use (obs/profile.h). Nothing
+// that is not an error may say ERROR on the program's stderr.
+TEST(CApiQuiet, ASessionPrintsNoErrorLineOnStderr) {
+  const std::filesystem::path dir = scratch_dir("capi_quiet");
+  const std::string yaml = config_text(dir / "runs");
+  ::testing::internal::CaptureStderr();
+  bellows_trainer* t = nullptr;
+  const int created = bellows_create_from_string(yaml.c_str(), nullptr, 0, &t);
+  int trained = -1;
+  if (created == BELLOWS_OK) {
+    Block block(64);
+    if (block.push(t) == BELLOWS_OK && bellows_train_async(t, 0) == BELLOWS_OK) trained = bellows_wait(t);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(created, BELLOWS_OK) << bellows_last_error();
+  EXPECT_EQ(trained, BELLOWS_OK) << bellows_last_error();
+  bellows_metrics m{};
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.step, 4);  // 2 epochs x 2 batches
+  EXPECT_EQ(bellows_destroy(t), BELLOWS_OK);
+  EXPECT_EQ(err.find("ERROR"), std::string::npos) << err;
+}
+
 TEST_F(CApi, CheckpointsAreReadByTheCliAndContinuedByBellowsTrain) {
   Block block(64);
   ASSERT_EQ(block.push(t_), BELLOWS_OK) << error();

@@ -203,6 +203,8 @@ std::vector<BadInput> data_rows() {
 
       // --- NetCDF (exit 3) ---
       {"NetcdfMissingFile", nothing, kNetcdf, 3, {"{dir}/weather.nc: no such file"}},
+      {"NetcdfPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "weather.nc"); }, kNetcdf, 3,
+       {"{dir}/weather.nc is a directory, not a NetCDF file", "give data.path the NetCDF file"}},
       {"NetcdfTruncated",
        [](const fs::path& d) {
          write_netcdf(d / "weather.nc");
@@ -266,6 +268,8 @@ std::vector<BadInput> data_rows() {
        true},
 
       // --- text pairs (exit 3) ---
+      {"TextPairsPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "pairs.tsv"); }, kText, 3,
+       {"{dir}/pairs.tsv is a directory, not a text pairs file"}},
       {"TextPairsRaggedRow",
        [](const fs::path& d) {
          write_text(d / "pairs.tsv",

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bellows/app/schema.h"
 #include "bellows/hw/hardware_info.h"
 #include "run_cli.h"
 
@@ -25,6 +26,29 @@ TEST(Cli, HelpListsSubcommands) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("hw"), std::string::npos);
   EXPECT_NE(r.out.find("Report the CPU"), std::string::npos);
+}
+
+// What `train --help` and `config keys` say is every flag and every key there is (README, docs/training.md).
+TEST(Cli, TrainHelpAndConfigKeysNameEveryFlagAndKey) {
+  const bellows::config::Schema schema = bellows::app::run_schema("mlp");
+  const Result help = run_bellows("train --help");
+  ASSERT_EQ(help.code, 0) << help.err;
+  for (const auto& [flag, key] : schema.aliases()) {
+    EXPECT_NE(help.out.find(flag + " "), std::string::npos) << flag << " missing from\n" << help.out;
+    EXPECT_NE(help.out.find(key), std::string::npos) << key << " missing from\n" << help.out;
+  }
+  for (const char* flag : {"--plan FILE|auto", "--hardware-profile NAME", "--profile ", "bellows config keys"}) {
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag << " missing from\n" << help.out;
+  }
+  const Result keys = run_bellows("config keys");
+  ASSERT_EQ(keys.code, 0) << keys.err;
+  for (const auto& [key, spec] : schema.keys()) {
+    EXPECT_NE(keys.out.find("\n" + key + " ("), std::string::npos) << key << " missing from config keys";
+  }
+  EXPECT_EQ(keys.out.rfind("experiment (string)\n", 0), 0u) << keys.out.substr(0, 300);
+  EXPECT_NE(keys.out.find("\nhardware_profile (string) = auto {auto|none|cpu|"), std::string::npos);
+  EXPECT_NE(keys.out.find("|a file path} flag --hardware-profile\n"), std::string::npos);
+  EXPECT_NE(keys.out.find("Flags that are not keys: --hardware-profile NAME"), std::string::npos);
 }
 
 TEST(Cli, Version) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netcdf.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bellows/data/image_codec.h"
@@ -104,6 +105,51 @@ TEST(DataCli, ModelWidthMustMatchTheData) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("model.in_features is 4"));
   EXPECT_THAT(r.err, HasSubstr("samples have 3 features"));
+}
+
+// model.in_features left out: the data's width (3) is the model's, and the plan and the run's config say so.
+TEST(DataCli, ModelWidthIsTakenFromTheDataWhenNotSet) {
+  const fs::path dir = scratch_dir("csv_width_auto");
+  write_text(dir / "table.csv", csv_table(50, 3));
+  std::string yaml = csv_config(dir / "table.csv", dir / "runs");
+  const std::string given = "  in_features: 4\n";
+  ASSERT_NE(yaml.find(given), std::string::npos);
+  yaml.erase(yaml.find(given), given.size());
+  write_text(dir / "run.yaml", yaml);
+  const CliResult r = run_cli("train '" + (dir / "run.yaml").string() + "' train.max_steps=3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(slurp(dir / "runs" / "csv" / "plan.json"));
+  bool row = false;
+  for (const auto& e : plan["entries"]) {
+    if (e["key"] == "model.in_features") {
+      row = true;
+      EXPECT_EQ(e["value"], "3");
+      EXPECT_THAT(e["reason"].get<std::string>(), HasSubstr("not set: the width of the data's inputs (x [3]"));
+    }
+  }
+  EXPECT_TRUE(row) << plan.dump(2);
+  EXPECT_THAT(slurp(dir / "runs" / "csv" / "config.resolved.yaml"), HasSubstr("in_features: 3"));
+  EXPECT_THAT(r.out, HasSubstr("model.in_features"));  // the console's plan table
+}
+
+// Categorical values become 0, 1, ... in byte order of the distinct values; the run directory's categories.json
+// holds each column's table (docs/data.md), so a user can build `predict` inputs.
+TEST(DataCli, CategoricalColumnsMapInSortedOrderAndTheTableIsWritten) {
+  const fs::path dir = scratch_dir("csv_categorical");
+  std::string csv = "size,color,kind\n";
+  const char* colors[] = {"red", "blue", "Green"};
+  const char* kinds[] = {"b", "a"};
+  for (int i = 0; i < 40; ++i) csv += fmt::format("{},{},{}\n", 0.1 * i, colors[i % 3], kinds[i % 2]);
+  write_text(dir / "t.csv", csv);
+  write_text(dir / "run.yaml", "name: cat\noutput_dir: " + (dir / "runs").string() + "\ndata:\n  source: csv\n  path: " +
+                                   (dir / "t.csv").string() + "\n  batch_size: 8\n  csv:\n    targets: [kind]\n    categorical: [color, kind]\n"
+                                   "model:\n  name: mlp\n  task: classification\n  hidden: [8]\n  out_features: 2\ntrain:\n  max_steps: 2\n");
+  const CliResult r = run_cli("train '" + (dir / "run.yaml").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "runs" / "cat" / "categories.json"));
+  EXPECT_EQ(j["color"], nlohmann::json({"Green", "blue", "red"}));  // byte order: uppercase first
+  EXPECT_EQ(j["kind"], nlohmann::json({"a", "b"}));
+  EXPECT_FALSE(j.contains("size"));
 }
 
 CliResult bench(const std::string& overrides) { return run_cli("bench data " + overrides + " --no-sweep --batches 2 --warmup 0"); }

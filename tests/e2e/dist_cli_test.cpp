@@ -92,6 +92,7 @@ void expect_same_training(const std::string& extra, double tolerance, int poison
   ASSERT_EQ(one.code, 0) << one.out << one.err;
   EXPECT_THAT(two.out, HasSubstr("strategy         ddp"));
   EXPECT_THAT(two.out, HasSubstr("= 2 ranks x 8"));  // the global batch
+  EXPECT_THAT(two.out, HasSubstr("rank 0 via bellows launch"));  // the launcher that started it (not "torchrun")
   EXPECT_LE(dist_max_relative_difference(dist_final_weights(dir / "two"), dist_final_weights(dir / "one")), tolerance) << extra;
   // Records and evaluations are global: the same loss as one process's, to float rounding.
   const auto t2 = dist_records(dir / "two", "train"), t1 = dist_records(dir / "one", "train");

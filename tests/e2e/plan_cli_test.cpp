@@ -14,6 +14,27 @@ namespace bellows::testing {
 namespace {
 namespace fs = std::filesystem;
 
+// docs/planning.md: Ctrl-C during the baseline writes nothing (it wrote a plan whose winner was the configured
+// settings when the baseline had measured enough steps, issue 32).
+TEST(PlanCli, InterruptedDuringTheBaselineWritesNothing) {
+  const fs::path dir = scratch_dir("plan_cli_interrupted");
+  fs::create_directories(dir / "tmp");
+  const auto baseline_logged = [&] {  // the baseline trial's run directory, under TMPDIR, has a step record
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir / "tmp", ec)) {
+      if (has_record(e.path() / "trial-0" / "metrics.jsonl")) return true;
+    }
+    return false;
+  };
+  const CliResult r = run_cli_signalled_when("plan data.samples=4096 --budget 120s --trial-seconds 5 --out '" + (dir / "p.json").string() + "'",
+                                             baseline_logged, SIGINT, 300,
+                                             "TMPDIR='" + (dir / "tmp").string() + "' BELLOWS_CACHE='" + (dir / "cache").string() + "'");
+  EXPECT_EQ(r.code, 130) << r.err << r.out;
+  EXPECT_NE(r.err.find("stopped by a signal during the baseline trial; no plan written"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "p.json"));
+  EXPECT_FALSE(fs::exists(dir / "cache" / "plans"));
+}
+
 TEST(PlanCli, TunesWritesAPlanThatTrainUses) {
   const fs::path dir = scratch_dir("plan_cli");
   const std::string cache = "BELLOWS_CACHE='" + (dir / "cache").string() + "'";

@@ -56,11 +56,13 @@ inline CliResult run_cli(const std::string& args, const std::string& prefix = ""
 // "metrics.jsonl has a step record", never a fixed time, so a loaded machine only makes it slower), then sends
 // `signal` and waits for the exit. A process that exits before it is ready is returned as it ended; one that is
 // not ready within `limit_s` gets the signal anyway and the test fails.
+// `env` (e.g. "TMPDIR=/x") is set for the process.
 inline CliResult run_cli_signalled_when(const std::string& args, const std::function<bool()>& ready, int signal = SIGINT,
-                                        double limit_s = 300) {
+                                        double limit_s = 300, const std::string& env = "") {
   const auto dir = scratch_dir("bellows_cli");
   const auto out = dir / "out", err = dir / "err";
-  const std::string cmd = "exec '" + std::string(BELLOWS_CLI_PATH) + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
+  const std::string cmd = "exec " + (env.empty() ? std::string() : "env " + env + " ") + "'" + std::string(BELLOWS_CLI_PATH) + "' " + args +
+                          " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

@@ -43,7 +43,8 @@ Action register_plan(CLI::App& app) {
     options.stop_flag = stop_on_signals();
     const lab::TuneReport plan = lab::tune(config, options);
     const bool stopped = options.stop_flag->load();
-    if (stopped && (plan.trials.empty() || !plan.trials[0].trial.measured())) {
+    // Stopped before a trial other than the baseline ran: nothing was compared, so there is no plan to write.
+    if (stopped && plan.trials.size() <= 1) {
       std::cerr << "bellows plan: stopped by a signal during the baseline trial; no plan written\n";
       return kExitSignal;
     }

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "bellows/app/pipeline.h"
+#include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
 #include "bellows/app/schema.h"
 #include "command.h"
@@ -37,10 +38,28 @@ const char* type_name(config::Type t) {
   return "?";
 }
 
+// The flags that are not a key's alias, taken by every command that reads a config (train, plan, doctor, bench,
+// cv, slurm, config show): they choose what is composed (app/profiles.h, app/tuned_plan.h) before the keys are read.
+constexpr const char* kFileFlagsHelp =
+    "--hardware-profile NAME (the key hardware_profile) and --plan FILE|auto (a plan written by bellows plan, or "
+    "auto: tuned once per machine and cached)";
+
 std::string describe_keys(const config::Schema& schema) {
   std::map<std::string, std::string> flags;
   for (const auto& [flag, key] : schema.aliases()) flags[key] = flag;
   std::string out;
+  // The keys that name files to compose (config/config.h): consumed when the config is loaded, never in the tree.
+  out += std::string(config::kExperimentKey) +
+         " (string)\n    a config file whose keys this one's override (a path, relative to the file that names it)\n";
+  std::string profiles = "auto|none";
+  try {
+    for (const std::string& name : app::profile_names()) profiles += "|" + name;
+  } catch (const Error&) {  // no shipped profiles found: the list says so rather than failing
+    profiles += "|(no shipped profiles found)";
+  }
+  out += std::string(config::kHardwareProfileKey) + " (string) = auto {" + profiles +
+         "|a file path} flag --hardware-profile\n    the hardware profile composed below the config's keys: auto "
+         "(chosen from the machine), none, a shipped profile or a file (docs/hw.md)\n";
   for (const auto& [key, spec] : schema.keys()) {
     std::string line = key + " (" + type_name(spec.type) + ")";
     if (spec.default_value) {
@@ -69,8 +88,11 @@ Action register_train(CLI::App& app) {
       "train", "Train a model: bellows train [CONFIG] [key=value ...] [--flag value ...]; no CONFIG: the embedded demo; "
                "outputs in <output_dir>/<name>/");
   take_free_arguments(cmd);
-  cmd->footer("Flags: --batch-size --epochs --lr --precision --device --accumulation-steps --clip-max-norm --seed "
-              "--output-dir --max-steps --name --threads --workers --prefetch --data --resume; any key: key=value (optim.lr=3e-4).");
+  std::string flags;  // every alias of the schema, then the flags that are not keys
+  const config::Schema schema = app::run_schema("mlp");  // kept: aliases() refers into it
+  for (const auto& [flag, key] : schema.aliases()) flags += fmt::format("\n  {:<22} {}", flag, key);
+  cmd->footer("Flags (each sets the key beside it; any key: key=value, e.g. optim.lr=3e-4; all keys: bellows config keys):" +
+              flags + "\nAlso " + kFileFlagsHelp + ".");
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_config_args(cmd->remaining());
@@ -119,7 +141,7 @@ Action register_config(CLI::App& app) {
       return kExitOk;
     }
     if (keys->parsed()) {
-      std::cout << describe_keys(app::run_schema(*model));
+      std::cout << describe_keys(app::run_schema(*model)) << "Flags that are not keys: " << kFileFlagsHelp << "\n";
       return kExitOk;
     }
     return -1;

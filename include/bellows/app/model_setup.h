@@ -4,12 +4,14 @@
 
 #include <torch/nn/module.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bellows/config/config.h"     // defines: Config
 #include "bellows/data/build.h"        // defines: DataSplits
 #include "bellows/models/registry.h"   // defines: BuiltModel, ModelContext, WeightImport
+#include "bellows/plan/plan.h"         // defines: PlanEntry
 
 namespace bellows::app {
 
@@ -30,6 +32,13 @@ std::vector<std::string> import_weights(torch::nn::Module& model, const models::
 // (`bellows predict`, which read encoder files it then overwrote).
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context,
                                std::vector<std::string>* notes = nullptr, bool load_imports = true);
+
+// model.in_features from the data where the config leaves it at its schema default (the mlp's 64, the lstm's 16):
+// the width of sample 0's inputs x (their last dimension, what check_data_against_model compares), set with the
+// data as its origin, so that the run directory's config and its checkpoints name it. Returns the plan row that
+// says so; nothing where the key was set, the model has none, or the data has no such inputs. A model built before
+// its data (online training) keeps the default.
+std::optional<plan::PlanEntry> take_input_width_from_data(config::Config& config, const data::Dataset& train);
 
 // The data's samples against the model's keys before the model exists: model.in_features against the inputs'
 // width, and the model's own check (ModelEntry::check_data). kConfig/kData errors naming key and shapes.

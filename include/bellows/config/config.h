@@ -111,6 +111,8 @@ class Config {
   void merge(const Config& over);
 
   bool has(const std::string& key) const;
+  // Whether the key holds its schema default (set_default put it there; nothing set it since).
+  bool is_schema_default(const std::string& key) const;
   YAML::Node node(const std::string& key) const;       // a copy of the value; an undefined node when absent
   const Origin& origin(const std::string& key) const;  // of the key, else of its nearest recorded ancestor
   std::vector<std::string> leaf_keys() const;  // dotted keys of all scalar/null/sequence/empty-map leaves, sorted

@@ -81,6 +81,8 @@ struct DataFacts {
   std::optional<std::vector<std::string>> classes;  // the source's class list, in label order (image folders)
   std::optional<GridFacts> grid;                    // gridded sources (NetCDF)
   std::optional<TextFacts> text;                    // tokenised text sources
+  // Categorical table columns (CSV): column -> its values in index order (the numbers the samples hold).
+  std::map<std::string, std::vector<std::string>> categories;
 };
 
 // Sample 0 of `dataset` as a batch of one, fetched as for evaluation (no random augmentation): what models and

@@ -77,6 +77,7 @@ class Loader final : public BatchSource {
     std::exception_ptr error;
     StageTimes times;
     double busy = 0;
+    std::chrono::steady_clock::time_point started;  // when the worker began it
     std::int64_t bytes = 0;
   };
 
@@ -118,6 +119,9 @@ class Loader final : public BatchSource {
 
   LoaderStats stats_;
   std::optional<std::chrono::steady_clock::time_point> stats_start_;
+  // The earliest start of work among the batches counted since reset_stats(), and the last delivery: every
+  // counted busy second lies between them (LoaderStats::busy_span_seconds).
+  std::optional<std::chrono::steady_clock::time_point> first_work_, last_delivery_;
 };
 
 }  // namespace bellows::data

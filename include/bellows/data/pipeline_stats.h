@@ -27,6 +27,10 @@ struct LoaderStats {
   double worker_busy_seconds = 0;      // summed over workers
   double wait_seconds = 0;             // the training thread blocked in next() waiting for a batch
   double wall_seconds = 0;             // since the first next() after construction or reset_stats()
+  // From the start of the earliest work on a counted batch (a batch delivered after reset_stats() may have been
+  // loaded before it) to the last delivery: the window that holds all of worker_busy_seconds, so
+  // worker_busy_seconds <= busy_span_seconds x workers.
+  double busy_span_seconds = 0;
   std::int64_t workers = 0;            // 0: synchronous
   std::int64_t prefetch = 0;
   std::int64_t queue_bytes_peak = 0;   // most bytes held by loaded-but-undelivered batches at once

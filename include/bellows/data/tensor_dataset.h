@@ -17,6 +17,8 @@ struct TensorDatasetOptions {
   std::string name = "tensors";                             // for name(): "csv data/train.csv (...)"
   std::function<std::string(std::int64_t)> describe;        // empty: "sample <index>"
   std::optional<at::ScalarType> float_dtype;                 // cast floating tensors per batch (float64 -> float32)
+  // Categorical columns of the table the tensors came from: column -> its values by index (CsvTable::categories).
+  std::map<std::string, std::vector<std::string>> categories;
 };
 
 class TensorDataset final : public Dataset {
@@ -32,6 +34,7 @@ class TensorDataset final : public Dataset {
   at::Tensor class_labels() const override;  // "y" when it is int64 [N]
 
   const std::map<std::string, at::Tensor>& tensors() const { return tensors_; }
+  const std::map<std::string, std::vector<std::string>>& categories() const { return options_.categories; }
 
  private:
   std::map<std::string, at::Tensor> tensors_;

@@ -18,13 +18,15 @@ struct ProcessInfo {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string launcher = "none";  // none | torchrun | slurm | openmpi | mpich
+  // none | bellows launch | torchrun | an env:// launcher (RANK/WORLD_SIZE without torchrun's or bellows' marks) |
+  // slurm | openmpi | mpich
+  std::string launcher = "none";
   std::string reason;             // the variables that said so, for the plan table
   // CPU cores for this process when the launcher says (SLURM_CPUS_PER_TASK); 0: not said. Launchers that bind
   // processes to cores (srun, mpirun) leave each one its own cores; torchrun-style ones (and `bellows launch`)
   // leave every process all of the node's, which they share.
   int cpus_per_process = 0;
-  bool shares_node_cores() const { return launcher == "torchrun"; }
+  bool shares_node_cores() const { return launcher == "bellows launch" || launcher == "torchrun" || launcher == "an env:// launcher"; }
 
   bool distributed() const { return world_size > 1; }
   bool is_main() const { return rank == 0; }

@@ -31,7 +31,7 @@ struct DataBenchRow {
   double batches_per_second() const;
   double samples_per_second() const;
   double bytes_per_second() const;
-  double worker_utilisation() const;  // busy time / (wall time x workers); synchronous: 0
+  double worker_utilisation() const;  // busy time / (busy span x workers), at most 1 (LoaderStats); synchronous: 0
   double wait_fraction() const;       // share of the wall time the consumer waited for data
 };
 

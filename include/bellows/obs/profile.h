@@ -59,6 +59,11 @@ class FlopCounter {
   ~FlopCounter();  // stops a count still running
   bool start();
   double stop();  // the FLOPs counted since start()
+  // Initialises LibTorch's profiler (Kineto) on the calling thread, once per process, by an empty count. Kineto's
+  // first use must run on the thread that loaded LibTorch (the program's main thread), else it prints "ERROR:
+  // External init callback must run in same thread as registerClient" (harmless, and not a log line its level
+  // silences): a program whose training runs on another thread (app/online.h) calls this on its own thread first.
+  static void initialise_on_this_thread();
  private:
   bool active_ = false;
 };

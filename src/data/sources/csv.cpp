@@ -5,6 +5,7 @@
 #include "bellows/data/csv.h"
 #include "bellows/data/csv_dataset.h"
 #include "bellows/data/source_registry.h"
+#include "bellows/data/tensor_dataset.h"
 
 namespace bellows::data {
 namespace {
@@ -46,6 +47,11 @@ SourceEntry csv_source() {
   e.help = "CSV/TSV tables: typed and categorical columns, missing-value policy";
   e.add_keys = [](config::Schema& s) { csv_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_csv_dataset(csv_options(r)); };
+  e.facts = [](const Dataset& d) {  // the categorical columns' value tables (written to the run directory)
+    DataFacts f;
+    if (const auto* table = dynamic_cast<const TensorDataset*>(&d)) f.categories = table->categories();
+    return f;
+  };
   e.read_series = [](const SourceRequest& r) {
     CsvTable table = read_csv(csv_options(r));
     Series s;

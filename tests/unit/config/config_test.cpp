@@ -66,6 +66,25 @@ TEST(ConfigTree, CopiesAndAssignmentsAreIndependent) {
   EXPECT_EQ(assigned.leaf_keys(), std::vector<std::string>{"w"});
 }
 
+// Everything a config carries travels with it: the tree, the origins and the plan notes (a tuned plan's row; copies
+// once dropped them, and a run assembled from a copy lost the plan's "tuned" row).
+TEST(ConfigTree, CopiesAndMovesKeepThePlanNotes) {
+  Config a = Config::parse("x: 1\n", "a.yaml");
+  a.add_plan_note({"tuned", "plan.json", "from plan.json"});
+  const Config copy = a;
+  Config assigned;
+  assigned = a;
+  ASSERT_EQ(copy.plan_notes().size(), 1u);
+  EXPECT_EQ(copy.plan_notes()[0].key, "tuned");
+  EXPECT_EQ(assigned.plan_notes().size(), 1u);
+  Config moved = std::move(assigned);
+  EXPECT_EQ(moved.plan_notes().size(), 1u);
+  Config move_assigned;
+  move_assigned = std::move(moved);
+  ASSERT_EQ(move_assigned.plan_notes().size(), 1u);
+  EXPECT_EQ(move_assigned.plan_notes()[0].reason, "from plan.json");
+}
+
 TEST(ConfigTree, SetBelowAScalarIsAnErrorNamingTheKey) {
   Config c;
   c.set("optim", YAML::Node("adam"), Origin::in_file("run.yaml", 2, 1));

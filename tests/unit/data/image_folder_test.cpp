@@ -79,7 +79,7 @@ TEST(ImageFolder, ExplicitClassesFixTheNumberingAndRejectUnknownLabels) {
   o.classes = {"cat"};
   const Error folder = error_from([&] { make_image_folder_dataset(o); });
   EXPECT_EQ(folder.kind(), ErrorKind::kData);
-  EXPECT_NE(folder.message().find("class folder 'dog' is not one of the configured classes"), std::string::npos);
+  EXPECT_NE(folder.message().find("class folder 'dog' is not one of the training data's classes"), std::string::npos);
 }
 
 TEST(ImageFolder, IndexErrorsNameTheIndexAndLine) {

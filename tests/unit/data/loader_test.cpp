@@ -246,6 +246,34 @@ TEST(Loader, QueueMemoryIsBoundedByThePrefetchDepth) {
   EXPECT_GT(s.stages.read, 0);
 }
 
+// Batches delivered after reset_stats() were loaded before it when the queue was full: their busy time lies
+// outside the timed wall time (what made `bench data` print 112% utilisation), but inside the busy span.
+TEST(Loader, BusyTimeLiesWithinTheBusySpanWhenTheQueueWasFullAtTheReset) {
+  class Sleepy final : public Dataset {  // 1 ms per sample
+   public:
+    std::int64_t size() const override { return 256; }
+    Example get(std::int64_t index, FetchContext&) const override {
+      std::this_thread::sleep_for(1ms);
+      return {{"i", at::scalar_tensor(index, at::kLong)}};
+    }
+    std::string describe(std::int64_t index) const override { return std::to_string(index); }
+    std::string name() const override { return "sleepy"; }
+  };
+  auto ds = std::make_shared<Sleepy>();
+  Loader loader(ds, Sampler(256, shuffled(0)), lopts(8, 2, 16));
+  loader.start_epoch(0);
+  ASSERT_TRUE(loader.next());
+  std::this_thread::sleep_for(300ms);  // the 16 queued batches (64 ms of loading for 2 workers) are ready
+  loader.reset_stats();
+  for (int k = 0; k < 16; ++k) ASSERT_TRUE(loader.next());
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.batches, 16);
+  EXPECT_GE(s.worker_busy_seconds, 16 * 8 * 1e-3);
+  EXPECT_GT(s.worker_busy_seconds, 2 * s.wall_seconds);  // the old measure: over 100%
+  EXPECT_GE(s.busy_span_seconds, 0.25);                  // the first of them began before the sleep
+  EXPECT_LE(s.worker_busy_seconds, 2 * s.busy_span_seconds);
+}
+
 TEST(Loader, SynchronousPathWhenPrefetchIsOff) {
   auto ds = std::make_shared<IndexDataset>(30);
   LoaderOptions o = lopts(4, 3);

@@ -34,7 +34,8 @@ TEST(DistEnvironment, NoLauncherIsRankZeroOfOne) {
 TEST(DistEnvironment, TorchrunStyle) {
   const ProcessInfo p = detect_process(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
                                                {"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29411"}}));
-  EXPECT_EQ(p.launcher, "torchrun");
+  EXPECT_EQ(p.launcher, "an env:// launcher");  // neither torchrun's nor bellows launch's marks
+  EXPECT_TRUE(p.shares_node_cores());
   EXPECT_EQ(p.rank, 3);
   EXPECT_EQ(p.world_size, 8);
   EXPECT_EQ(p.local_rank, 1);
@@ -42,6 +43,11 @@ TEST(DistEnvironment, TorchrunStyle) {
   EXPECT_EQ(p.master_addr, "node7");
   EXPECT_EQ(p.master_port, 29411);
   EXPECT_THAT(p.reason, HasSubstr("RANK=3 WORLD_SIZE=8"));
+  // The plan names the launcher by what it sets beside the variables.
+  EXPECT_EQ(detect_process(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "none"}})).launcher, "torchrun");
+  const ProcessInfo ours = detect_process(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"BELLOWS_LAUNCHER", "bellows launch"}}));
+  EXPECT_EQ(ours.launcher, "bellows launch");
+  EXPECT_TRUE(ours.shares_node_cores());
 }
 
 TEST(DistEnvironment, SlurmTaskOfAnSrunStep) {
@@ -55,12 +61,16 @@ TEST(DistEnvironment, SlurmTaskOfAnSrunStep) {
   EXPECT_EQ(p.local_world_size, 4);
   EXPECT_EQ(p.master_addr, "gpu017");
   EXPECT_EQ(p.master_port, 10000 + 123456 % 10000);
-  // The batch script itself (no step id) is one process, and torchrun's variables win over SLURM's.
-  EXPECT_EQ(detect_process(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}})).world_size, 1);
+  // The batch script itself (no step id) is one process, and the plan says why the variable present was not enough;
+  // torchrun's variables win over SLURM's.
+  const ProcessInfo script = detect_process(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}}));
+  EXPECT_EQ(script.world_size, 1);
+  EXPECT_EQ(script.launcher, "none");
+  EXPECT_THAT(script.reason, HasSubstr("SLURM_PROCID=0 but no SLURM_STEP_ID: this shell is the allocation's (a batch script or salloc)"));
   EXPECT_EQ(detect_process(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "n1"},
                                    {"RANK", "0"}, {"WORLD_SIZE", "2"}}))
                 .launcher,
-            "torchrun");
+            "an env:// launcher");
 }
 
 TEST(DistEnvironment, OpenMpiAndMpich) {

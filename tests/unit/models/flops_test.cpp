@@ -98,7 +98,7 @@ TEST(Flops, ResNetMatchesTheHandCountAndTheCountedConvolutions) {
   EXPECT_DOUBLE_EQ(counted, by_hand - bns - 10);
   // The registry states it from the data's image size.
   const config::Config c = app::resolve_config_text("seed: 0\n", "<test>", {"model.name=resnet", "model.width=0.125", "model.stem=small",
-                                                                              "model.num_classes=10", "data.source=stream"});
+                                                                              "model.out_features=10", "data.source=stream"});
   auto images = std::make_shared<data::TensorDataset>(std::map<std::string, at::Tensor>{{"x", at::zeros({4, 3, 8, 8})}, {"y", at::zeros({4}, at::kLong)}});
   EXPECT_DOUBLE_EQ(*find_model("resnet").forward_flops(c, ModelContext{images, {}}), by_hand);
   EXPECT_FALSE(find_model("resnet").forward_flops(c, ModelContext{nullptr, {}}).has_value());
@@ -109,7 +109,7 @@ TEST(Flops, ResNetMatchesTheHandCountAndTheCountedConvolutions) {
 TEST(Flops, TextPairCountsTheEncoderAtTheLongestPair) {
   const config::Config c = app::resolve_config_text(
       "seed: 0\n", "<test>", {"model.name=text_pair", "model.d_model=8", "model.heads=2", "model.layers=1", "model.ff=16", "model.max_len=4",
-                              "model.vocab_size=50", "model.num_classes=3", "data.source=stream"});
+                              "model.vocab_size=50", "model.out_features=3", "data.source=stream"});
   const ModelEntry& entry = find_model("text_pair");
   EXPECT_DOUBLE_EQ(*entry.forward_flops(c, ModelContext{nullptr, {}}), 2688.0 + 1088 + 1056 + 320 + 160 + 51);
   EXPECT_FALSE(entry.forward_flops_basis.empty());

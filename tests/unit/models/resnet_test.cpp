@@ -417,22 +417,50 @@ TEST(ResNetRegistry, ChannelAndClassMismatchesAreConfigErrors) {
   auto dataset = std::make_shared<data::TensorDataset>(
       std::map<std::string, at::Tensor>{{"x", at::randn({4, 1, 16, 16})}, {"y", at::tensor({0, 1, 4, 2}, at::kLong)}});
   const Error channels =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 5\n"), test_support::context_of(dataset)); });
+      error_from([&] { find_model("resnet").build(resnet_config("  out_features: 5\n"), test_support::context_of(dataset)); });
   EXPECT_EQ(channels.kind(), ErrorKind::kConfig);
   EXPECT_NE(channels.message().find("model.in_channels is 3"), std::string::npos) << channels.message();
   EXPECT_NE(channels.hint().find("model.in_channels: 1"), std::string::npos) << channels.hint();
   const Error classes = error_from([&] {
-    find_model("resnet").build(resnet_config("  in_channels: 1\n  num_classes: 3\n"), test_support::context_of(dataset));
+    find_model("resnet").build(resnet_config("  in_channels: 1\n  out_features: 3\n"), test_support::context_of(dataset));
   });
   EXPECT_EQ(classes.kind(), ErrorKind::kConfig);
+  EXPECT_NE(classes.message().find("model.out_features is 3"), std::string::npos) << classes.message();
   EXPECT_NE(classes.message().find("labels up to 4"), std::string::npos) << classes.message();
   auto flat = std::make_shared<data::TensorDataset>(std::map<std::string, at::Tensor>{{"x", at::randn({4, 8})}});
   const Error shape =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 2\n"), test_support::context_of(flat)); });
+      error_from([&] { find_model("resnet").build(resnet_config("  out_features: 2\n"), test_support::context_of(flat)); });
   EXPECT_NE(shape.message().find("images [C, H, W]"), std::string::npos) << shape.message();
 }
 
-// An image folder of 3 classes: its class list decides num_classes; its uint8 batches reach the model only
+// model.num_classes, the key's old name (the other classifiers' is model.out_features), still sets the class count,
+// and the plan says it is deprecated; both keys with different counts are an error naming both.
+TEST(ResNetRegistry, NumClassesIsTheDeprecatedNameOfOutFeatures) {
+  auto dataset = std::make_shared<data::TensorDataset>(
+      std::map<std::string, at::Tensor>{{"x", at::randn({4, 1, 16, 16})}, {"y", at::tensor({0, 1, 4, 2}, at::kLong)}});
+  const BuiltModel built = find_model("resnet").build(resnet_config("  width: 0.125\n  in_channels: 1\n  num_classes: 6\n"),
+                                                      test_support::context_of(dataset));
+  EXPECT_EQ(static_cast<ResNetImpl&>(*built.module).options().num_classes, 6);
+  ASSERT_EQ(built.plan_rows.size(), 1u);
+  EXPECT_EQ(built.plan_rows[0].key, "model.num_classes");
+  EXPECT_EQ(built.plan_rows[0].value, "6");
+  EXPECT_NE(built.plan_rows[0].reason.find("deprecated (resnet_test.yaml:"), std::string::npos) << built.plan_rows[0].reason;
+  EXPECT_NE(built.plan_rows[0].reason.find("the old name of model.out_features"), std::string::npos);
+  const Error few = error_from([&] {
+    find_model("resnet").build(resnet_config("  in_channels: 1\n  num_classes: 3\n"), test_support::context_of(dataset));
+  });
+  EXPECT_NE(few.message().find("model.num_classes is 3 (resnet_test.yaml:"), std::string::npos) << few.message();
+  const Error both = error_from([&] {
+    find_model("resnet").build(resnet_config("  in_channels: 1\n  num_classes: 6\n  out_features: 5\n"), test_support::context_of(dataset));
+  });
+  EXPECT_EQ(both.kind(), ErrorKind::kConfig);
+  EXPECT_NE(both.message().find("model.num_classes is 6"), std::string::npos) << both.message();
+  EXPECT_NE(both.message().find("model.out_features is 5"), std::string::npos) << both.message();
+  EXPECT_EQ(find_model("resnet").build(resnet_config("  width: 0.125\n  in_channels: 1\n  out_features: 6\n"),
+                                       test_support::context_of(dataset)).plan_rows.size(), 0u);
+}
+
+// An image folder of 3 classes: its class list decides the class count; its uint8 batches reach the model only
 // after finish_on_device made them normalised float32.
 TEST(ResNetRegistry, ImageFolderClassesAndNormalisedBatches) {
   TempDir dir("resnet_test");
@@ -450,7 +478,7 @@ TEST(ResNetRegistry, ImageFolderClassesAndNormalisedBatches) {
   auto images = data::make_image_folder_dataset(io);
 
   const Error wrong =
-      error_from([&] { find_model("resnet").build(resnet_config("  num_classes: 10\n"), test_support::context_of(images)); });
+      error_from([&] { find_model("resnet").build(resnet_config("  out_features: 10\n"), test_support::context_of(images)); });
   EXPECT_EQ(wrong.kind(), ErrorKind::kConfig);
   EXPECT_NE(wrong.message().find("has 3 classes"), std::string::npos) << wrong.message();
 

@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--source", required=True, help="the repository (README.md and docs/)")
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
+    bellows = str(Path(a.bellows).resolve())  # the commands run in the work directory
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -53,7 +54,7 @@ def main():
             failures.append(f"{doc} no longer shows {text}: update this test with the document")
             continue
         t0 = time.time()
-        r = subprocess.run([a.bellows] + args, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        r = subprocess.run([bellows] + args, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         took = time.time() - t0
         print(f"{doc}: {text} -> bellows {' '.join(args)}: exit {r.returncode} in {took:.1f} s")
         if r.returncode != code:

@@ -64,7 +64,7 @@ std::size_t column_index(const std::vector<std::string>& header, const std::stri
 Rows read_rows(const TextPairsOptions& o) {
   const std::string file = o.path.string();
   std::error_code ec;
-  BELLOWS_CHECK_DATA(!std::filesystem::is_directory(o.path, ec), fmt::format("{} is a directory, not a text pairs file", file),
+  BELLOWS_CHECK_DATA(!fs::is_directory(o.path, ec), fmt::format("{} is a directory, not a text pairs file", file),
                      "give data.path the tab-separated file itself (a header line, then one pair per line)");
   std::ifstream in(o.path, std::ios::binary);
   BELLOWS_CHECK_DATA(in.good(), fmt::format("cannot open {}: {}", file, std::strerror(errno)),

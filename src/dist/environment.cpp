@@ -138,9 +138,10 @@ ProcessInfo detect_process(const EnvLookup& env) {
   if (env("RANK") || env("WORLD_SIZE")) {
     // torchrun, `bellows launch`, or any launcher that speaks torch.distributed's env:// convention: named by what
     // it sets beside (`bellows launch` its BELLOWS_LAUNCHER, torchrun its TORCHELASTIC_RUN_ID).
-    p.launcher = env("BELLOWS_LAUNCHER") == std::optional<std::string>("bellows launch") ? "bellows launch"
-                 : env("TORCHELASTIC_RUN_ID")                                             ? "torchrun"
-                                                                                           : "an env:// launcher";
+    p.env_style = true;
+    p.launcher = env("BELLOWS_LAUNCHER") == std::optional<std::string>(kBellowsLaunch) ? kBellowsLaunch
+                 : env("TORCHELASTIC_RUN_ID")                                           ? "torchrun"
+                                                                                         : "an env:// launcher";
     p.rank = required_int(env, "RANK", "torchrun-style (RANK/WORLD_SIZE)");
     p.world_size = required_int(env, "WORLD_SIZE", "torchrun-style (RANK/WORLD_SIZE)");
     p.local_rank = static_cast<int>(env_int(env, "LOCAL_RANK").value_or(p.rank));

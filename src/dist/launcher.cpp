@@ -2,6 +2,8 @@
 // library we use does (torchrun is Python).
 #include "bellows/dist/launcher.h"
 
+#include "bellows/dist/environment.h"  // defines: kBellowsLaunch
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netdb.h>
@@ -74,7 +76,7 @@ std::vector<std::pair<std::string, std::string>> launch_environment(const Launch
           {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc)},
           {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
           {"GROUP_RANK", std::to_string(o.node_rank)},
-          {"BELLOWS_LAUNCHER", "bellows launch"}};  // the plan's strategy row names the launcher (environment.h)
+          {"BELLOWS_LAUNCHER", kBellowsLaunch}};  // the plan's strategy row names the launcher (environment.h)
 }
 
 LaunchResult launch(const LaunchOptions& o, std::atomic<int>* stop) {

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/models/class_count.h"
@@ -251,11 +252,13 @@ const config::Binding<ResNetOptions>& resnet_binding() {
   });
 }
 
-// The binding's keys, and the class count (0: the data's; the struct's 1000 is ImageNet's, for C++ callers).
-ResNetOptions resnet_options(const config::Config& c) {
+// The binding's keys and the class count (0: the data's; the struct's 1000 is ImageNet's, for C++ callers), with
+// the key that gave the count (for messages).
+std::pair<ResNetOptions, std::string> resnet_options(const config::Config& c) {
   ResNetOptions o = resnet_binding().read(c);
-  o.num_classes = read_class_count(c).value;
-  return o;
+  ClassCount count = read_class_count(c);
+  o.num_classes = count.value;
+  return {o, std::move(count.key)};
 }
 
 ModelEntry resnet_entry() {
@@ -271,14 +274,13 @@ ModelEntry resnet_entry() {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the image size comes from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
     if (x.dim() != 4) return std::nullopt;
-    ResNetOptions o = resnet_options(c);
+    auto [o, key] = resnet_options(c);
     o.in_channels = x.size(1);
-    if (o.num_classes == 0) check_against_data(o, c, read_class_count(c).key, *context.train, context.facts);
+    if (o.num_classes == 0) check_against_data(o, c, key, *context.train, context.facts);
     return resnet_forward_flops(o, x.size(2), x.size(3));
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
-    ResNetOptions o = resnet_options(c);
-    const std::string key = read_class_count(c).key;
+    auto [o, key] = resnet_options(c);
     if (context.train) {
       check_against_data(o, c, key, *context.train, context.facts);
     } else {

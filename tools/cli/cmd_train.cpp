@@ -88,11 +88,13 @@ Action register_train(CLI::App& app) {
       "train", "Train a model: bellows train [CONFIG] [key=value ...] [--flag value ...]; no CONFIG: the embedded demo; "
                "outputs in <output_dir>/<name>/");
   take_free_arguments(cmd);
-  std::string flags;  // every alias of the schema, then the flags that are not keys
-  const config::Schema schema = app::run_schema("mlp");  // kept: aliases() refers into it
-  for (const auto& [flag, key] : schema.aliases()) flags += fmt::format("\n  {:<22} {}", flag, key);
-  cmd->footer("Flags (each sets the key beside it; any key: key=value, e.g. optim.lr=3e-4; all keys: bellows config keys):" +
-              flags + "\nAlso " + kFileFlagsHelp + ".");
+  cmd->footer([] {  // built when help is shown: every alias of the schema, then the flags that are not keys
+    const config::Schema schema = app::run_schema("mlp");  // kept: aliases() refers into it
+    std::string flags;
+    for (const auto& [flag, key] : schema.aliases()) flags += fmt::format("\n  {:<22} {}", flag, key);
+    return "Flags (each sets the key beside it; any key: key=value, e.g. optim.lr=3e-4; all keys: bellows config keys):" + flags +
+           "\nAlso " + std::string(kFileFlagsHelp) + ".";
+  });
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     auto [file, overrides] = split_config_args(cmd->remaining());

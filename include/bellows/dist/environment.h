@@ -11,6 +11,9 @@
 
 namespace bellows::dist {
 
+// What `bellows launch` sets BELLOWS_LAUNCHER to in each process, and the name the plan gives it.
+inline constexpr const char* kBellowsLaunch = "bellows launch";
+
 struct ProcessInfo {
   int rank = 0;
   int world_size = 1;
@@ -26,7 +29,9 @@ struct ProcessInfo {
   // processes to cores (srun, mpirun) leave each one its own cores; torchrun-style ones (and `bellows launch`)
   // leave every process all of the node's, which they share.
   int cpus_per_process = 0;
-  bool shares_node_cores() const { return launcher == "bellows launch" || launcher == "torchrun" || launcher == "an env:// launcher"; }
+  // Started through torch.distributed's env:// variables (RANK/WORLD_SIZE): `bellows launch`, torchrun or another.
+  bool env_style = false;
+  bool shares_node_cores() const { return env_style; }
 
   bool distributed() const { return world_size > 1; }
   bool is_main() const { return rank == 0; }

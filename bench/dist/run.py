@@ -6,15 +6,23 @@ data parallel on the same cores), and from bellows' step records the communicati
 (first bucket launched to last one done) and comm_wait_ms (what the step waited for after backward), so that
 1 - wait/comm is the fraction of the communication hidden behind backward.
 
-With --zero1 / --zero2, 2 processes under dist.strategy zero1 (the optimizer state sharded: dist/zero.h) or zero2
-(the gradients too: reduced to their owner instead of all-reduced) at the first bucket size too: the cost of the
-parameters' broadcasts after each step, and of zero2's reduces, against ddp.
+With --zero1 / --zero2 / --fsdp, 2 processes under dist.strategy zero1 (the optimizer state sharded: dist/zero.h),
+zero2 (the gradients too: reduced to their owner instead of all-reduced) or fsdp (the blocks' weights too, gathered
+block by block: dist/fsdp.h; models with blocks only, so not W1) at the first bucket size too: the cost of the
+parameters' broadcasts after each step, of zero2's reduces and of fsdp's gathers, against ddp.
 
-    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--zero1] [--zero2] [--out DIR]
+With --volume, instead of timing: the bytes each 2-process system puts on the loopback interface per optimizer step
+(/proc/net/dev's `lo` transmit counter read around two runs of different lengths, so that the rendezvous, the first
+broadcast and the end cancel; divided by the steps between them and by the 2 ranks), beside the ring formula in the
+parameters' bytes P: ddp 2P(W-1)/W, zero1 3P(W-1)/W, zero2 2P(W-1)/W, fsdp 3P(W-1)/W (W = 2). Nothing else may use
+the loopback interface meanwhile.
+
+    bench/dist/run.sh [W1 W3] [--trials 3] [--bucket-mb 25 --bucket-mb 1] [--zero1] [--zero2] [--fsdp] [--volume] [--out DIR]
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -41,7 +49,7 @@ def trial(workload, args, data, system, bucket_mb, t):
              f"data.batch_size={batch}", f"train.max_steps={warmup + steps}", "train.epochs=1000", f"train.log_every_n_steps={warmup}",
              "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 // procs}", "precision=fp32",
              "schedule.type=constant", "schedule.warmup_steps=0", f"dist.bucket_mb={bucket_mb}", *w.bellows_overrides]
-    if system.startswith("2x1-zero"):
+    if system.startswith("2x1-") and system != "2x1":
         train.append("dist.strategy=" + system.split("-")[1])
     bellows = os.path.join(args.bin, "bellows")
     cmd = [bellows, "launch", "-n", "2", "--master-port", str(args.port), "--", *train] if procs == 2 else [bellows, *train]
@@ -57,6 +65,49 @@ def trial(workload, args, data, system, bucket_mb, t):
             "comm_ms": statistics.mean(comm) if comm else None, "comm_wait_ms": statistics.mean(wait) if wait else None}
 
 
+def loopback_tx_bytes():
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name.strip() == "lo":
+                return int(rest.split()[8])  # receive: 8 fields, then transmit bytes
+    sys.exit("run: no loopback interface in /proc/net/dev")
+
+
+def trainable_elements(run_dir):
+    """The trainable parameter elements that a sharded strategy's plan row names ("... of N parameter elements"), or None."""
+    for line in open(os.path.join(run_dir, "metrics.jsonl")):
+        header = json.loads(line).get("header")
+        if header:
+            found = re.search(r" of (\d+) parameter elements", header.get("strategy", ""))
+            return int(found.group(1)) if found else None
+    return None
+
+
+FORMULA = {"ddp": 2.0, "zero1": 3.0, "zero2": 2.0, "fsdp": 3.0}  # x P (W-1)/W
+
+
+def volume(workload, args, data, strategy):
+    """Loopback bytes per rank and optimizer step of 2 processes under `strategy` (see the module's docstring)."""
+    w = peer.WORKLOADS[workload]
+    warmup, steps = STEPS[workload]
+    out = os.path.join(args.work, "runs")
+    sent = []
+    for n in (warmup, warmup + steps):
+        name = f"{workload}-volume-{strategy}-{n}"
+        shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+        train = ["train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}", f"data.path={data}", "data.val_fraction=0",
+                 f"data.batch_size={w.batch_size // 2}", f"train.max_steps={n}", "train.epochs=1000", f"train.log_every_n_steps={warmup}",
+                 "train.eval_every_n_steps=0", "checkpoint.enabled=false", "threads=1", "precision=fp32", "schedule.type=constant",
+                 "schedule.warmup_steps=0", f"dist.bucket_mb={args.bucket_mb[0] if args.bucket_mb else 25}", f"dist.strategy={strategy}",
+                 *w.bellows_overrides]
+        before = loopback_tx_bytes()
+        run([os.path.join(args.bin, "bellows"), "launch", "-n", "2", "--master-port", str(args.port), "--", *train],
+            os.path.join(args.work, f"{name}.log"))
+        sent.append(loopback_tx_bytes() - before)
+    return (sent[1] - sent[0]) / steps / 2, os.path.join(out, name)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workloads", nargs="*", help="W1 ... W7 (default: W1 W3)")
@@ -64,6 +115,8 @@ def main():
     ap.add_argument("--bucket-mb", type=float, action="append", help="repeatable; default 25 and 1")
     ap.add_argument("--zero1", action="store_true", help="also 2 processes under dist.strategy zero1 (first bucket size)")
     ap.add_argument("--zero2", action="store_true", help="also 2 processes under dist.strategy zero2 (first bucket size)")
+    ap.add_argument("--fsdp", action="store_true", help="also 2 processes under dist.strategy fsdp (first bucket size; models with blocks)")
+    ap.add_argument("--volume", action="store_true", help="bytes on the loopback interface per step instead of timings")
     ap.add_argument("--port", type=int, default=29731)
     ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-bench"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
@@ -79,13 +132,33 @@ def main():
     args.data_root = os.path.join(args.out, "data")
     os.makedirs(args.work, exist_ok=True)
     buckets = args.bucket_mb or [25.0, 1.0]
+    if args.volume:
+        strategies = ["ddp"] + [s for s in ("zero1", "zero2", "fsdp") if getattr(args, s)]
+        lines = ["| workload | trainable parameters' bytes P | strategy | loopback bytes per rank and step | / (P (W-1)/W) | ring formula |",
+                 "|---|---|---|---|---|---|"]
+        rows = []
+        for workload in args.workloads:
+            data = data_for(workload, args)
+            measured, elements = [], None
+            for strategy in strategies:
+                per_step, run_dir = volume(workload, args, data, strategy)
+                elements = elements or trainable_elements(run_dir)
+                measured.append((strategy, per_step))
+                print(f"  {workload} {strategy}: {per_step:,.0f} bytes per rank and step on the loopback interface", flush=True)
+            p_bytes = 4 * elements if elements else None  # fp32
+            for strategy, per_step in measured:
+                rows.append({"workload": workload, "strategy": strategy, "bytes_per_rank_step": per_step, "parameter_bytes": p_bytes})
+                ratio = f"{per_step / (p_bytes / 2):.2f}" if p_bytes else "-"
+                lines.append(f"| {workload} | {p_bytes or '-'} | {strategy} | {per_step:,.0f} | {ratio} | {FORMULA[strategy]:g} |")
+        write_results(args.out, "bench/dist/run.sh --volume", {"rows": rows}, "\n".join(lines) + "\n")
+        return 0
     lines = ["| workload | global batch | 1 process x 2 threads, samples/s | strategy | bucket MiB | 2 processes x 1 thread, samples/s | "
              "2x1 / 1x2 | comm ms/step | waited ms/step | comm hidden behind backward |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for workload in args.workloads:
         data = data_for(workload, args)
         systems = ([("1x2", buckets[0])] + [("2x1", b) for b in buckets] + ([("2x1-zero1", buckets[0])] if args.zero1 else [])
-                   + ([("2x1-zero2", buckets[0])] if args.zero2 else []))
+                   + ([("2x1-zero2", buckets[0])] if args.zero2 else []) + ([("2x1-fsdp", buckets[0])] if args.fsdp else []))
         results = {s: [] for s in systems}
         for t in range(args.trials):
             rotated = systems[t % len(systems):] + systems[:t % len(systems)]
@@ -102,7 +175,7 @@ def main():
             wait = statistics.median(x["comm_wait_ms"] for x in results[s])
             v = [x["samples_per_s"] for x in results[s]]
             o = [x["samples_per_s"] for x in one]
-            strategy = s[0].split("-")[1] if s[0].startswith("2x1-zero") else "ddp"
+            strategy = s[0].split("-")[1] if s[0].startswith("2x1-") else "ddp"
             row = {"workload": workload, "batch": peer.WORKLOADS[workload].batch_size, "strategy": strategy, "bucket_mb": s[1], "one_by_two": med[systems[0]],
                    "two_by_one": med[s], "ratio": med[s] / med[systems[0]], "comm_ms": comm, "wait_ms": wait,
                    "hidden": 1 - wait / comm if comm > 0 else 0.0, "trials": {"1x2": o, "2x1": v}}

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/headeronly/version.h>  // TORCH_VERSION_MINOR: the API differences of 2.11 to 2.13
 
@@ -69,6 +70,7 @@ struct Ddp::Impl {
   DdpOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> group;
+  c10::intrusive_ptr<c10d::Backend> params_group;  // DdpOptions::parameter_group
 
   struct Bucket {
     std::vector<std::size_t> members;  // indices into params
@@ -302,6 +304,10 @@ Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<I
     }
   }
   m.group = make_backend(m.options.backend, m.store, info.rank, info.world_size, to_ms(m.options.timeout_s));
+  if (m.options.parameter_group) {
+    m.params_group = make_backend(m.options.backend, c10::make_intrusive<c10d::PrefixStore>("bellows/params", m.store), info.rank,
+                                  info.world_size, to_ms(m.options.timeout_s));
+  }
 }
 
 Ddp::~Ddp() {
@@ -309,9 +315,10 @@ Ddp::~Ddp() {
   impl_->remove_hooks();
   // A process group shut down before it goes: NCCL's otherwise warns at every exit that it was destroyed without
   // destroy_process_group(), and its watchdog may still be polling. Errors here have nobody to reach.
-  if (impl_->group) {
+  for (auto* group : {&impl_->params_group, &impl_->group}) {
+    if (!*group) continue;
     try {
-      impl_->group->shutdown();
+      (*group)->shutdown();
     } catch (...) {
     }
   }
@@ -466,6 +473,34 @@ void Ddp::broadcast(std::vector<at::Tensor>& tensors, int root) {
     impl_->wait(impl_->group->broadcast(one, o), fmt::format("broadcast from rank {}", root));
     if (!c.is_same(t)) t.copy_(c);
   }
+}
+
+std::unique_ptr<Ddp::Pending> Ddp::broadcast_parameters(at::Tensor flat, int root, std::string what) {
+  Impl& m = *impl_;
+  BELLOWS_CHECK(m.params_group, "Ddp::broadcast_parameters() without DdpOptions::parameter_group", "report this bug");
+  struct Broadcast final : Pending {
+    Impl* m = nullptr;
+    std::vector<at::Tensor> tensors;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::string what;
+    void wait() override {
+      if (work) m->wait(work, what);
+      work.reset();
+    }
+  };
+  auto b = std::make_unique<Broadcast>();
+  b->m = &m;
+  b->tensors = {std::move(flat)};
+  b->what = std::move(what);
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  try {
+    b->work = m.params_group->broadcast(b->tensors, o);
+  } catch (const std::exception& e) {
+    BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: {} failed to start: {}", m.where(), b->what, first_line(e)),
+                 "look for the first rank that reported an error; the last complete checkpoint stays valid");
+  }
+  return b;
 }
 
 void Ddp::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }

@@ -36,14 +36,16 @@ std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const st
 }
 
 Zero::Zero(const ProcessInfo& info, DdpOptions options, int stage) : stage_(stage) {
-  BELLOWS_CHECK(stage == 1 || stage == 2, fmt::format("ZeRO stage {}", stage), "stages 1 and 2 are built here (fsdp shards parameters)");
+  BELLOWS_CHECK(stage >= 1 && stage <= 3, fmt::format("ZeRO stage {}", stage), "stages 1 and 2, and 3 as fsdp's base");
   ddp_ = std::make_unique<Ddp>(info, std::move(options));
 }
 Zero::~Zero() = default;
 
 std::string Zero::describe() const {
-  std::string text = ddp_->describe() + (stage_ == 1 ? "; optimizer state sharded (zero1)" : "; optimizer state and gradients sharded (zero2)");
-  if (!flats_.empty()) {
+  std::string text = ddp_->describe() + (stage_ == 1   ? "; optimizer state sharded (zero1)"
+                                         : stage_ == 2 ? "; optimizer state and gradients sharded (zero2)"
+                                                       : "; parameters, gradients and optimizer state sharded (fsdp)");
+  if (!owners_.empty()) {
     const std::vector<std::int64_t> elements = shard_elements();
     std::int64_t total = 0;
     for (auto e : elements) total += e;
@@ -77,26 +79,40 @@ std::vector<bool> Zero::shard(const std::vector<at::Tensor>& params) {
                                    name(), world, distinct),
                        "use dist.strategy: ddp for so small a model, or fewer ranks");
   owners_ = assign_owners(numels, same_as, world);
-  // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
-  flats_.clear();
-  std::map<std::tuple<int, int, std::string>, std::size_t> index;
+  same_as_ = same_as;
+  numels_ = numels;
+  // What finish_update() broadcasts: every parameter but those gathered when used (fsdp).
+  std::vector<std::size_t> broadcast;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    if (same_as[i] >= 0) continue;
-    const auto key = std::make_tuple(owners_[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
-    auto [it, inserted] = index.emplace(key, flats_.size());
-    if (inserted) flats_.push_back(Flat{owners_[i], {}, 0});
-    Flat& f = flats_[it->second];
-    f.params.push_back(params[i]);
-    f.numel += params[i].numel();
+    if (on_demand_.empty() || !on_demand_[i]) broadcast.push_back(i);
   }
+  flats_ = flats_of(params, broadcast);
   std::vector<bool> mine(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners_[i] == rank();
   return mine;
 }
 
+std::vector<Zero::Flat> Zero::flats_of(const std::vector<at::Tensor>& params, const std::vector<std::size_t>& indices) const {
+  // One flat buffer per (owner, dtype, device), in the parameters' order: every rank builds the same list.
+  std::vector<Flat> flats;
+  std::map<std::tuple<int, int, std::string>, std::size_t> index;
+  for (const std::size_t i : indices) {
+    if (same_as_[i] >= 0) continue;
+    const auto key = std::make_tuple(owners_[i], static_cast<int>(params[i].scalar_type()), params[i].device().str());
+    auto [it, inserted] = index.emplace(key, flats.size());
+    if (inserted) flats.push_back(Flat{owners_[i], {}, 0});
+    Flat& f = flats[it->second];
+    f.params.push_back(params[i]);
+    f.numel += params[i].numel();
+  }
+  return flats;
+}
+
 std::vector<std::int64_t> Zero::shard_elements() const {
   std::vector<std::int64_t> elements(static_cast<std::size_t>(world_size()), 0);
-  for (const Flat& f : flats_) elements[static_cast<std::size_t>(f.owner)] += f.numel;
+  for (std::size_t i = 0; i < owners_.size(); ++i) {
+    if (same_as_[i] < 0) elements[static_cast<std::size_t>(owners_[i])] += numels_[i];
+  }
   return elements;
 }
 
@@ -110,7 +126,7 @@ void Zero::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params
 }
 
 void Zero::finish_update() {
-  BELLOWS_CHECK(!flats_.empty(), "Zero::finish_update() before shard()", "call shard() with the trainable parameters first");
+  BELLOWS_CHECK(!owners_.empty(), "Zero::finish_update() before shard()", "call shard() with the trainable parameters first");
   at::NoGradGuard no_grad;
   for (const Flat& f : flats_) {
     const bool mine = f.owner == rank();

@@ -173,6 +173,26 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 };
 
+// The identity on a block's outputs whose backward calls BlockHooks::before_backward first: autograd reaches it before
+// any node of the block, so the block's parameters are back before its backward (or recomputation) reads them.
+struct BeforeBackwardState : torch::CustomClassHolder {
+  std::shared_ptr<BlockHooks> hooks;
+  std::string name;
+};
+
+struct BeforeBackwardFunction : torch::autograd::Function<BeforeBackwardFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList tensors, c10::intrusive_ptr<BeforeBackwardState> state) {
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    return tensors.vec();  // autograd returns views of inputs returned unchanged
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto state = c10::static_intrusive_pointer_cast<BeforeBackwardState>(ctx->saved_data["state"].toCapsule());
+    state->hooks->before_backward(state->name);
+    grad_outputs.emplace_back();  // the state argument has no gradient
+    return grad_outputs;
+  }
+};
+
 }  // namespace
 
 bool recomputing() { return recompute_depth > 0; }
@@ -212,20 +232,47 @@ const std::string& Checkpointable::block_name(std::size_t i) const {
   return block_names_[i];
 }
 
+void Checkpointable::set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix) {
+  hooks_ = std::move(hooks);
+  hook_prefix_ = prefix;
+}
+
+std::vector<at::Tensor> Checkpointable::run_hooked(const std::string& name, torch::nn::Module& block, const BlockFunction& fn,
+                                                   const std::vector<at::Tensor>& inputs) const {
+  const auto run = [&] {
+    if (!block.is_training() || !at::GradMode::is_enabled() || !checkpointed_.contains(name)) return fn(inputs);
+    return checkpoint(fn, inputs, block.parameters());
+  };
+  if (!hooks_) return run();
+  const std::string full = hook_prefix_ + name;
+  hooks_->before_forward(full);
+  std::vector<at::Tensor> outputs = run();
+  bool backward_follows = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto& t : outputs) backward_follows = backward_follows || (t.defined() && t.requires_grad());
+  }
+  hooks_->after_forward(full, backward_follows);
+  if (!backward_follows) return outputs;
+  auto state = c10::make_intrusive<BeforeBackwardState>();
+  state->hooks = hooks_;
+  state->name = full;
+  return BeforeBackwardFunction::apply(at::TensorList(outputs), state);
+}
+
 std::vector<at::Tensor> Checkpointable::run_block(const std::string& name, torch::nn::Module& block, const BlockFunction& fn,
                                                   const std::vector<at::Tensor>& inputs) const {
-  if (!block.is_training() || !at::GradMode::is_enabled() || !checkpointed_.contains(name)) return fn(inputs);
-  return checkpoint(fn, inputs, block.parameters());
+  return run_hooked(name, block, fn, inputs);
 }
 
 at::Tensor Checkpointable::run_block(const std::string& name, torch::nn::Module& block,
                                      const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) const {
-  if (!block.is_training() || !at::GradMode::is_enabled() || !checkpointed_.contains(name)) return fn(x);
+  if (!hooks_ && (!block.is_training() || !at::GradMode::is_enabled() || !checkpointed_.contains(name))) return fn(x);
   BlockFunction many = [fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; };
-  return checkpoint(many, {x}, block.parameters())[0];
+  return run_hooked(name, block, many, {x})[0];
 }
 
-std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks) {
+std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks,
+                                       const std::string& key) {
   std::set<std::string> chosen;
   for (const auto& pattern : patterns) {
     bool any = false;
@@ -235,7 +282,7 @@ std::vector<std::string> select_blocks(const std::vector<std::string>& patterns,
         any = true;
       }
     }
-    BELLOWS_CHECK_CONFIG(any, fmt::format("checkpointing: pattern '{}' matches no block of the model", pattern),
+    BELLOWS_CHECK_CONFIG(any, fmt::format("{}: pattern '{}' matches no block of the model", key, pattern),
                          blocks.empty() ? std::string("this model has no checkpointable blocks")
                                         : fmt::format("blocks: {}", fmt::join(blocks, ", ")));
   }

@@ -103,6 +103,10 @@ std::vector<std::string> TextPairClassifierImpl::checkpoint_blocks() const {
   return names;
 }
 
+void TextPairClassifierImpl::set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix) {
+  encoder_->transformer()->set_block_hooks(std::move(hooks), prefix + "encoder.transformer.");
+}
+
 at::Tensor TextPairClassifierImpl::pool_and_classify(const at::Tensor& encoded, const at::Tensor& mask) {
   at::Tensor pooled;
   if (options_.pooling == "cls" || !mask.defined()) {

@@ -206,6 +206,10 @@ std::vector<std::string> TransformerModelImpl::checkpoint_blocks() const {
   return names;
 }
 
+void TransformerModelImpl::set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix) {
+  encoder_->set_block_hooks(std::move(hooks), prefix + "encoder.");
+}
+
 at::Tensor TransformerModelImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
   BELLOWS_CHECK_DATA(x.dim() == 3 && x.size(2) == options_.in_features,
                      fmt::format("transformer input has shape {}; expected [B, T, {}] (model.in_features)", shape_of(x),

@@ -163,11 +163,35 @@ std::string Recorder::record(const Position& at) {
   std::vector<at::Tensor> parts{w.loss_sum};
   for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
   if (w.units_on_device.defined()) parts.push_back(w.units_on_device);  // read with the rest: no extra sync
+  // Memory now, before the sums, so that every rank's travels with them: three numbers per rank (tensor memory now and
+  // at its peak, resident memory), each rank's at its place and zeros elsewhere.
+  const obs::MemoryStats mem = obs::memory_stats(options_.device);
+  std::int64_t mem_peak = mem.peak_bytes;  // since the clock's last lap; the window's is the largest of its phases'
+  std::array<std::int64_t, obs::kPhases> phase_peaks{};
+  phase_peaks.fill(-1);
+  if (mem.tracked) {
+    phase_peaks = clock_->take_memory();
+    for (const std::int64_t p : phase_peaks) mem_peak = std::max(mem_peak, p);
+    obs::reset_peak(options_.device);
+  }
+  const obs::ProcessMemory proc = obs::process_memory();
+  const int world = strategy.world_size();
+  const std::size_t per_rank_at = parts.size();
+  if (world > 1) {
+    const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(w.loss_sum.device());
+    for (int rank = 0; rank < world; ++rank) {
+      const bool mine = rank == strategy.rank();
+      parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem.current_bytes) : 0.0, f64));
+      parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem_peak) : 0.0, f64));
+      parts.push_back(at::full({}, mine && proc.rss_bytes >= 0 ? static_cast<double>(proc.rss_bytes) : 0.0, f64));
+    }
+  }
   const std::vector<double> sum = sums_over_ranks(strategy, parts);
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
   if (!w.unit.empty()) {  // every rank's share: host counts times the ranks, device counts summed over them
-    const double units = w.units * static_cast<double>(strategy.world_size()) + (w.units_on_device.defined() ? sum.back() : 0.0);
+    const double units =
+        w.units * static_cast<double>(strategy.world_size()) + (w.units_on_device.defined() ? sum[per_rank_at - 1] : 0.0);
     r.values.emplace_back(w.unit + "_per_s", units / std::max(t - w.start_s, 1e-9));
   }
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
@@ -182,25 +206,28 @@ std::string Recorder::record(const Position& at) {
   }
   for (const auto& m : precision_.metrics()) r.values.push_back(m);
   for (const auto& m : strategy.metrics()) r.values.push_back(m);  // communication time, with several ranks
-  // Memory monitoring (seeds 003, 004): tensor memory on the device now and at its peak over the window, and the
-  // peak by phase (the clock's laps reset the device's peak: the window's is the largest of its phases').
-  if (const obs::MemoryStats mem = obs::memory_stats(options_.device); mem.tracked) {
-    std::int64_t peak = mem.peak_bytes;  // since the clock's last lap
-    const std::array<std::int64_t, obs::kPhases> phase_peaks = clock_->take_memory();
+  // Memory monitoring (seeds 003, 004), read above: tensor memory on the device now and at its peak over the window,
+  // the peak by phase, the process's resident memory; with several ranks, every other rank's too.
+  if (mem.tracked) {
     for (std::size_t i = 0; i < obs::kPhases; ++i) {
       if (phase_peaks[i] < 0) continue;
-      peak = std::max(peak, phase_peaks[i]);
       r.phase_mem_mb.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), static_cast<double>(phase_peaks[i]) / 1e6);
     }
     r.values.emplace_back("mem_mb", static_cast<double>(mem.current_bytes) / 1e6);
-    r.values.emplace_back("mem_peak_mb", static_cast<double>(peak) / 1e6);
+    r.values.emplace_back("mem_peak_mb", static_cast<double>(mem_peak) / 1e6);
     if (mem.reserved_bytes >= 0) r.values.emplace_back("mem_reserved_mb", static_cast<double>(mem.reserved_bytes) / 1e6);
-    obs::reset_peak(options_.device);
   }
-  // The whole process (seed 004's tracker): resident memory now and its peak so far.
-  if (const obs::ProcessMemory proc = obs::process_memory(); proc.rss_bytes >= 0) {
+  if (proc.rss_bytes >= 0) {
     r.values.emplace_back("rss_mb", static_cast<double>(proc.rss_bytes) / 1e6);
     r.values.emplace_back("rss_peak_mb", static_cast<double>(proc.peak_rss_bytes) / 1e6);
+  }
+  for (int rank = 1; rank < world; ++rank) {
+    const std::size_t at_rank = per_rank_at + 3 * static_cast<std::size_t>(rank);
+    if (mem.tracked) {
+      r.values.emplace_back(fmt::format("mem_mb_rank{}", rank), sum[at_rank] / 1e6);
+      r.values.emplace_back(fmt::format("mem_peak_mb_rank{}", rank), sum[at_rank + 1] / 1e6);
+    }
+    if (proc.rss_bytes >= 0) r.values.emplace_back(fmt::format("rss_mb_rank{}", rank), sum[at_rank + 2] / 1e6);
   }
   // Achieved FLOP/s per device and MFU against the measured matmul peak of the precision in use.
   if (flops_per_sample_ > 0) {

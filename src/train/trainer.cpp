@@ -9,8 +9,10 @@
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <map>
 #include <unordered_map>
 
+#include "bellows/models/activation_checkpoint.h"  // defines: Checkpointable, select_blocks
 #include "bellows/obs/memory.h"
 #include "bellows/train/anomaly.h"
 #include "bellows/train/checkpoint_keeper.h"
@@ -40,6 +42,24 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model, const s
   }
   return names;
 }
+
+// Under fsdp (dist/fsdp.h), every weight on every rank while this lives, where the strategy had released the others'
+// (a checkpoint, an evaluation, anomaly checks): a collective, entered by every rank at the same point.
+class WholeParameters {
+ public:
+  explicit WholeParameters(dist::Strategy& s) : s_(s), was_released_(s.parameters_released()) {
+    if (was_released_) s_.gather_parameters();
+  }
+  ~WholeParameters() {
+    if (was_released_) s_.release_parameters();
+  }
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+ private:
+  dist::Strategy& s_;
+  bool was_released_;
+};
 
 }  // namespace
 
@@ -88,6 +108,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   // What trains, in the optimizer's order; a sharded strategy (zero1) gives this rank's optimizer only its share.
   const NamedParameters trainable = trainable_parameters(bellows::named_parameters(*model_), options_.optimizer);
   for (const auto& [name, p] : trainable) params_.push_back(p);
+  if (options_.strategy->shards_parameters()) configure_units();
   const std::vector<bool> mine = options_.strategy->shard(params_);
   NamedParameters owned;
   for (std::size_t i = 0; i < trainable.size(); ++i) {
@@ -109,6 +130,41 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::configure_units() {
+  dist::Strategy& s = *options_.strategy;
+  BELLOWS_CHECK_CONFIG(!options_.ema,
+                       fmt::format("dist.strategy {} with EMA: the average of weights that each rank holds only while their block "
+                                   "runs is not built",
+                                   s.name()),
+                       "use dist.strategy: zero2 (sharded optimizer state and gradients) with EMA, or turn ema.enabled off");
+  auto* model = dynamic_cast<models::Checkpointable*>(model_.get());
+  const std::vector<std::string> blocks = model ? model->checkpoint_blocks() : std::vector<std::string>{};
+  BELLOWS_CHECK_CONFIG(!blocks.empty(),
+                       fmt::format("dist.strategy {} gathers a model's parameters block by block, and this model ({}) has no named "
+                                   "blocks",
+                                   s.name(), model_->name()),
+                       "use dist.strategy: zero2 (optimizer state and gradients sharded, weights on every rank) for this model");
+  const std::vector<std::string> patterns = s.unit_patterns();
+  const std::vector<std::string> names = patterns.empty() ? blocks : models::select_blocks(patterns, blocks, "dist.fsdp_units");
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
+  for (const auto& item : model_->named_modules()) modules.emplace(item.key(), item.value());
+  std::unordered_map<const c10::TensorImpl*, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].unsafeGetTensorImpl(), i);
+  std::vector<std::vector<std::size_t>> members;
+  for (const std::string& name : names) {
+    const auto it = modules.find(name);
+    BELLOWS_CHECK(it != modules.end(), fmt::format("the model names a block {} that is none of its modules", name), "report this bug");
+    std::vector<std::size_t> unit;
+    for (const auto& p : it->second->parameters()) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found != index.end()) unit.push_back(found->second);  // frozen parameters stay on every rank
+    }
+    members.push_back(std::move(unit));
+  }
+  s.set_units(names, std::move(members));
+  model->set_block_hooks(s.block_hooks());
+}
 
 void Trainer::add_sink(std::shared_ptr<obs::Sink> sink) { recorder_->add_sink(std::move(sink)); }
 void Trainer::set_header(std::vector<std::pair<std::string, std::string>> header) { recorder_->set_header(std::move(header)); }
@@ -196,7 +252,10 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       const StepResult ran = runner->run(loaded);
       ++step_;
       if (ema_) ema_->update(step_, ran.gradients.skipped);
-      if (options_.detect_anomaly) check_parameters(*model_, step_, optimizer_->lr());
+      if (options_.detect_anomaly) {
+        WholeParameters whole(strategy);
+        check_parameters(*model_, step_, optimizer_->lr());
+      }
       samples_ += ran.samples * world;  // every rank takes an equal share (the sampler pads to it)
       batches_in_epoch_ += batches;
       recorder_->end_step(ran, step_, world);
@@ -217,7 +276,8 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
     ++result.epochs_completed;
   }
 
-  // --- the end: a trace still recording, the last checkpoint, the summary ---
+  // --- the end: every weight back on every rank (fsdp), a trace still recording, the last checkpoint, the summary ---
+  if (strategy.parameters_released()) strategy.gather_parameters();
   recorder_->end_profile();
   if (!result.interrupted && keeper_->enabled() && options_.checkpoint.at_end) result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
   keeper_->finish_write();
@@ -256,6 +316,8 @@ void Trainer::run_eval(data::BatchSource& val, FitResult& result) {
 
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
   options_.strategy->sync_buffers(*model_);  // every rank evaluates the model rank 0 saves
+  // Ranks may evaluate different numbers of batches: no block-by-block gathers, the whole model (fsdp).
+  WholeParameters whole(*options_.strategy);
   torch::NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
@@ -371,7 +433,9 @@ void Trainer::load_state_dict(const StateDict& state) {
 }
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
-  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step).
+  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step); under fsdp
+  // every weight too.
+  WholeParameters whole(*options_.strategy);
   std::optional<StateDict> gathered;
   if (options_.strategy->shards_optimizer()) gathered = options_.strategy->gather_state(optimizer_->state_dict());
   return keeper_->save(step_, reason, wait, [&] { return snapshot(train, gathered ? &*gathered : nullptr); });
@@ -401,6 +465,7 @@ ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* op
 }
 
 std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource* train, bool strict) {
+  WholeParameters whole(*options_.strategy);
   std::vector<std::string> differences = load_model_tensors(*model_, c.model, strict);
   if (!differences.empty()) {
     // A partial load (strict: false, e.g. a wider head): the optimizer state and data position belong to

@@ -326,6 +326,75 @@ TEST(DistCli, ShardedStrategiesRefuseFewerTrainableTensorsThanRanks) {
   EXPECT_FALSE(fs::exists(dir / "few" / "checkpoints")) << "nothing written";
 }
 
+// A transformer (two layers, the blocks fsdp gathers) on sliding windows of the same series: a config file of its own
+// (the embedded demo's model keys are the MLP's).
+std::string transformer_args(const fs::path& csv, const fs::path& out, const std::string& name, const std::string& extra) {
+  const fs::path config = out / "transformer.yaml";
+  std::ofstream(config) << "model:\n  name: transformer\n  in_features: 4\n  d_model: 16\n  heads: 2\n  layers: 2\n  ff: 32\n"
+                           "  dropout: 0\n  max_len: 8\n  pooling: last\n  out_features: 1\n";
+  return fmt::format("train {} output_dir={} name={} data.source=csv data.path={} data.csv.targets=[y] data.window.length=8 "
+                     "data.window.horizon=1 data.batch_size=8 data.val_fraction=0.25 precision=fp32 data.shuffle=true train.epochs=100000 "
+                     "train.log_every_n_steps=2 train.eval_every_n_steps=3 checkpoint.at_end=true threads=1 data.workers=0 {}",
+                     config.string(), out.string(), name, csv.string(), extra);
+}
+
+// fsdp gathers each layer's weights from their owners before its forward and backward and trains to ddp's weights
+// bitwise on 2 ranks (a reduce of two numbers is the all-reduce's sum), with a checkpointed layer, accumulation and
+// clipping; its checkpoint is ddp's file (the whole model, gathered), so each continues under the other.
+TEST(DistCli, FsdpTrainsAsDdpAndCheckpointsResumeAcrossStrategies) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_fsdp");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 53) % 20000);
+  const std::string extra = "train.accumulation_steps=2 train.clip_max_norm=0.05 checkpointing=[encoder.layers.1]";
+  auto launch = [&](const std::string& name, const std::string& more) {
+    const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + transformer_args(csv, dir, name, extra + " " + more));
+    EXPECT_EQ(r.code, 0) << name << " " << more << "\n" << r.out << r.err;
+    return r;
+  };
+  const CliResult fsdp = launch("fsdp", "dist.strategy=fsdp train.max_steps=6");
+  launch("ddp", "dist.strategy=ddp train.max_steps=6");
+  EXPECT_THAT(fsdp.out, HasSubstr("strategy         fsdp"));
+  EXPECT_THAT(fsdp.out, HasSubstr("parameters, gradients and optimizer state sharded (fsdp)"));
+  EXPECT_THAT(fsdp.out, HasSubstr("; 2 units ("));
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "fsdp"), dist_final_weights(dir / "ddp")), 0.0);
+  EXPECT_EQ(dist_records(dir / "fsdp", "eval").size(), dist_records(dir / "ddp", "eval").size());
+  // Rank 0's records carry rank 1's memory too (the record's all-reduce brings it).
+  for (const auto& record : dist_records(dir / "fsdp", "train")) {
+    EXPECT_GT(record.value("mem_peak_mb_rank1", 0.0), 0.0) << record.dump();
+    EXPECT_GT(record.value("rss_mb_rank1", 0.0), 100.0) << record.dump();  // LibTorch alone is more
+    EXPECT_FALSE(record.contains("mem_mb_rank2")) << record.dump();
+  }
+  const auto fsdp_state = dist_optimizer_state(dir / "fsdp"), ddp_state = dist_optimizer_state(dir / "ddp");
+  ASSERT_EQ(fsdp_state.size(), ddp_state.size());
+  for (const auto& [key, t] : ddp_state) {
+    ASSERT_TRUE(fsdp_state.count(key)) << key;
+    EXPECT_TRUE(fsdp_state.at(key).equal(t)) << key;
+  }
+  launch("fsdp", "dist.strategy=ddp train.max_steps=8 resume=auto");
+  launch("ddp", "dist.strategy=fsdp train.max_steps=8 resume=auto");
+  EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "fsdp"), dist_final_weights(dir / "ddp")), 0.0);
+}
+
+// What fsdp cannot shard is a configuration error on every rank, before anything is written.
+TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEma) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_fsdp_bad");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 59) % 20000);
+  const std::string launch = fmt::format("launch -n 2 --master-port {} -- ", port);
+  const CliResult mlp = run_cli(launch + dist_args(csv, dir, "mlp", 8, "dist.strategy=fsdp"));
+  EXPECT_NE(mlp.code, 0);
+  EXPECT_THAT(mlp.err, HasSubstr("dist.strategy fsdp gathers a model's parameters block by block, and this model"));
+  EXPECT_THAT(mlp.err, HasSubstr("use dist.strategy: zero2"));
+  const CliResult units = run_cli(launch + transformer_args(csv, dir, "units", "dist.strategy=fsdp dist.fsdp_units=[decoder.*]"));
+  EXPECT_NE(units.code, 0);
+  EXPECT_THAT(units.err, HasSubstr("dist.fsdp_units: pattern 'decoder.*' matches no block of the model"));
+  EXPECT_THAT(units.err, HasSubstr("encoder.layers.0, encoder.layers.1"));
+  const CliResult ema = run_cli(launch + transformer_args(csv, dir, "ema", "dist.strategy=fsdp ema.enabled=true"));
+  EXPECT_NE(ema.code, 0);
+  EXPECT_THAT(ema.err, HasSubstr("dist.strategy fsdp with EMA"));
+  for (const char* run : {"mlp", "units", "ema"}) EXPECT_FALSE(fs::exists(dir / run / "checkpoints")) << run;
+}
+
 // Rank 1 is killed with SIGKILL once rank 0 has logged a step; rank 0 must stop by itself with a resource error, well
 // inside dist.timeout_s, whatever collective it was in (ddp: a gradient all-reduce; zero2: a gradient reduce or a
 // broadcast of the updated shards).
@@ -333,8 +402,10 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill_" + strategy);
   const fs::path csv = dist_write_csv(dir);
   const int port = 20000 + static_cast<int>((getpid() + port_offset) % 20000);
-  const std::string train = fmt::format("'{}' {} train.max_steps=1000000 dist.timeout_s=20", BELLOWS_CLI_PATH,
-                                        dist_args(csv, dir, "kill", 8, "precision=fp32 dist.strategy=" + strategy));
+  // fsdp needs a model of blocks: the transformer.
+  const std::string args = strategy == "fsdp" ? transformer_args(csv, dir, "kill", "dist.strategy=fsdp train.eval_every_n_steps=0")
+                                              : dist_args(csv, dir, "kill", 8, "precision=fp32 dist.strategy=" + strategy);
+  const std::string train = fmt::format("'{}' {} train.max_steps=1000000 dist.timeout_s=20", BELLOWS_CLI_PATH, args);
   const std::string script = fmt::format(
       "cd '{0}'; export WORLD_SIZE=2 MASTER_PORT={1}; RANK=0 {2} >r0.out 2>r0.err & p0=$!; RANK=1 {2} >r1.out 2>r1.err & p1=$!; "
       "for i in $(seq 200); do grep -q ' step ' r0.out 2>/dev/null && break; sleep 0.1; done; kill -9 $p1; "
@@ -350,7 +421,8 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
   // The collective it was in, named: where the kill lands decides which (a gradient all-reduce or, under zero2, a
   // reduce to an owner or the broadcast of the updated shards; or the meters' all-reduce at a logging step).
   EXPECT_THAT(err, ::testing::ContainsRegex("rank 0 of 2: (gradient all-reduce|gradient reduce to rank [01]|broadcast from rank [01]|"
-                                            "all-reduce of meters|agreement on stop and checkpoint decisions) failed: "))
+                                            "all-reduce of meters|agreement on stop and checkpoint decisions|"
+                                            "gather of unit encoder.layers.[01]'s parameters from rank [01]) failed: "))
       << strategy;
   EXPECT_THAT(err, HasSubstr("(another rank stopped, crashed or hangs; dist.timeout_s is 20)")) << strategy;
 }
@@ -358,5 +430,8 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) { expect_survivor_stops("ddp", 7); }
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderZero2) { expect_survivor_stops("zero2", 13); }
+
+// Under fsdp most of a step is spent in or beside the gathers of layers' weights: one of them, most often, names it.
+TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderFsdp) { expect_survivor_stops("fsdp", 61); }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct DdpOptions {
   double timeout_s = 300;        // rendezvous and every collective
   std::string config_hash;       // compared at the rendezvous when not empty: ranks with different configs stop
   bool broadcast_buffers = true; // sync_buffers() sends rank 0's buffers to all (one broadcast per dtype)
+  bool parameter_group = false;  // fsdp: a second process group for broadcast_parameters()
 };
 
 class Ddp final : public Strategy {
@@ -67,6 +68,16 @@ class Ddp final : public Strategy {
   // holds the averaged gradients of its own parameters only (the others' .grad undefined). Call before setup();
   // empty: every gradient to every rank (ddp).
   void reduce_to_owners(std::vector<int> owners);
+
+  // fsdp (dist/fsdp.h): a broadcast on a second process group (DdpOptions::parameter_group), so that the parameter
+  // gathers launched from forward and backward never interleave with the gradient buckets' collectives on the first.
+  // It is not waited for: the result's wait() does (with the timeout; a failure is a kResource error naming `what`).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  std::unique_ptr<Pending> broadcast_parameters(at::Tensor flat, int root, std::string what);
 
   // Counters of the last finish_gradients(): buckets, and how many were launched from backward's hooks (the
   // rest were launched by finish_gradients itself, after backward).

@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "bellows/util/state_dict.h"  // defines: StateDict
+#include "bellows/util/block_hooks.h"  // defines: BlockHooks
+#include "bellows/util/state_dict.h"   // defines: StateDict
 
 namespace bellows::dist {
 
@@ -21,7 +22,7 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  virtual std::string name() const = 0;  // "single" | "ddp" | "zero1" | "zero2"
+  virtual std::string name() const = 0;  // "single" | "ddp" | "zero1" | "zero2" | "fsdp"
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
   virtual int local_rank() const { return 0; }
@@ -72,6 +73,20 @@ class Strategy {
   // updates only (the others' .grad undefined). Whatever is computed over all gradients (the norm that clips and
   // decides a skipped step) is then combined over the ranks by the caller, with all_reduce_sum().
   virtual bool shards_gradients() const { return false; }
+
+  // Sharded parameters (fsdp: dist/fsdp.h). Where shards_parameters() is true, the trainer matches unit_patterns()
+  // (empty: every block) against the model's blocks, hands the strategy each unit's trainable parameters (indices
+  // into the list shard() will get) with set_units() before shard(), and installs block_hooks() on the model. From
+  // setup() on, the weights another rank owns are held only while their unit runs (parameters_released() is true);
+  // gather_parameters() brings every weight back on every rank (a collective: a checkpoint, an evaluation, the end of
+  // a fit), release_parameters() lets them go again (local).
+  virtual bool shards_parameters() const { return false; }
+  virtual std::vector<std::string> unit_patterns() const { return {}; }
+  virtual void set_units(std::vector<std::string> names, std::vector<std::vector<std::size_t>> params) {}
+  virtual std::shared_ptr<BlockHooks> block_hooks() { return nullptr; }
+  virtual bool parameters_released() const { return false; }
+  virtual void gather_parameters() {}
+  virtual void release_parameters() {}
 
   // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
   class NoSync {

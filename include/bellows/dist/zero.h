@@ -37,13 +37,13 @@ namespace bellows::dist {
 
 class Zero : public Strategy {
  public:
-  // Joins the job as Ddp does (the same errors). stage 1 or 2.
+  // Joins the job as Ddp does (the same errors). stage 1 or 2 (3: the base of Fsdp, dist/fsdp.h).
   Zero(const ProcessInfo& info, DdpOptions options, int stage);
   ~Zero() override;
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
 
-  std::string name() const override { return stage_ == 1 ? "zero1" : "zero2"; }
+  std::string name() const override { return stage_ == 1 ? "zero1" : stage_ == 2 ? "zero2" : "fsdp"; }
   int rank() const override { return ddp_->rank(); }
   int world_size() const override { return ddp_->world_size(); }
   int local_rank() const override { return ddp_->local_rank(); }
@@ -69,16 +69,24 @@ class Zero : public Strategy {
   // The parameter elements each rank owns (after shard()).
   std::vector<std::int64_t> shard_elements() const;
 
- private:
+ protected:
   struct Flat {  // one broadcast: an owner's parameters of one dtype and device
     int owner = 0;
     std::vector<at::Tensor> params;
     std::int64_t numel = 0;
   };
+  // One flat buffer per (owner, dtype, device) of the parameters in `indices` (of shard()'s list), in that order.
+  std::vector<Flat> flats_of(const std::vector<at::Tensor>& params, const std::vector<std::size_t>& indices) const;
+
   int stage_;
   std::unique_ptr<Ddp> ddp_;
-  std::vector<Flat> flats_;  // from shard(): what finish_update() broadcasts
-  std::vector<int> owners_;  // from shard(): per parameter, for stage 2's reduce to the owner
+  std::vector<Flat> flats_;         // from shard(): what finish_update() broadcasts
+  std::vector<int> owners_;         // from shard(): per parameter, for stage 2's reduce to the owner
+  std::vector<int> same_as_;        // from shard(): per parameter, the first index of the same tensor (tied), or -1
+  std::vector<std::int64_t> numels_;
+  // Stage 3 (Fsdp), set before shard(): per parameter, true where it is gathered from its owner when used, so that
+  // finish_update() does not broadcast it.
+  std::vector<bool> on_demand_;
 };
 
 // dist.strategy: zero1 and zero2, built from what Ddp takes (the strategy registry's and the tests' constructor).

@@ -9,9 +9,12 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "bellows/util/block_hooks.h"  // defines: BlockHooks
 
 namespace bellows::models {
 
@@ -50,18 +53,30 @@ class Checkpointable {
   at::Tensor run_block(const std::string& name, torch::nn::Module& block,
                        const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) const;
 
+  // Calls `hooks` around every block run_block runs (util/block_hooks.h), naming it `prefix` + its name here: the
+  // block's name in the whole model. nullptr removes them. A model whose blocks are an inner Checkpointable's
+  // (TransformerModel's encoder) overrides this to hand the hooks down with the inner model's prefix.
+  virtual void set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix = "");
+
  protected:
   // checkpoint_blocks()[i], listed once: a forward names its blocks without formatting strings every step.
   const std::string& block_name(std::size_t i) const;
 
  private:
+  std::vector<at::Tensor> run_hooked(const std::string& name, torch::nn::Module& block, const BlockFunction& fn,
+                                     const std::vector<at::Tensor>& inputs) const;
+
   std::set<std::string> checkpointed_;
   mutable std::vector<std::string> block_names_;
+  std::shared_ptr<BlockHooks> hooks_;
+  std::string hook_prefix_;
 };
 
 // The block names that the glob patterns (fnmatch: `*` and `?` also match dots) select, in block order. A
-// pattern that selects nothing is a kConfig error listing the blocks there are.
-std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks);
+// pattern that selects nothing is a kConfig error naming `key` (the config key the patterns come from) and listing the
+// blocks there are.
+std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks,
+                                       const std::string& key = "checkpointing");
 
 // Applies `checkpointing:` patterns to a model; a model that is not Checkpointable is a kConfig error when
 // patterns are given. Returns the blocks selected.

@@ -68,6 +68,7 @@ class TextPairClassifierImpl : public torch::nn::Module, public Checkpointable {
   void train(bool on = true) override;
 
   std::vector<std::string> checkpoint_blocks() const override;
+  void set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix = "") override;  // the encoder's
   const TextPairOptions& options() const { return options_; }
   TextEncoder& encoder() { return encoder_; }
 

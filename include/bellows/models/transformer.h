@@ -112,6 +112,7 @@ class TransformerModelImpl : public torch::nn::Module, public Checkpointable {
   // [B, out_features].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {});
   std::vector<std::string> checkpoint_blocks() const override;
+  void set_block_hooks(std::shared_ptr<BlockHooks> hooks, const std::string& prefix = "") override;  // the encoder's
   const TransformerModelOptions& options() const { return options_; }
   TransformerEncoder& encoder() { return encoder_; }
 

@@ -103,6 +103,9 @@ class Trainer {
   // optimizer_state: the optimizer entries to store instead of this rank's own (a sharded optimizer's, gathered).
   ckpt::Checkpoint snapshot(data::BatchSource* train, const StateDict* optimizer_state = nullptr) const;
 
+  // dist.strategy fsdp: the model's blocks that the strategy gathers when used (dist.fsdp_units), and its hooks on them.
+  void configure_units();
+
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;
   TrainerOptions options_;

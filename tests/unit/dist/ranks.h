@@ -15,7 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "bellows/dist/ddp.h"
+#include "bellows/util/error.h"
 
 namespace bellows::dist {
 
@@ -85,6 +88,17 @@ inline void run_strategy_ranks(int world, const DdpOptions& options, const std::
 
 inline void run_ranks(int world, const DdpOptions& options, const std::function<void(Ddp&, int)>& fn) {
   run_strategy_ranks<Ddp>(world, options, fn);
+}
+
+// fn() must throw a kConfig error whose text contains `text`.
+inline void expect_config_error(const std::function<void()>& fn, const std::string& text) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing: " << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace bellows::dist

@@ -170,5 +170,41 @@ TEST(ActivationCheckpoint, PatternsSelectBlocksAndUnknownOnesAreNamed) {
   EXPECT_TRUE(apply_checkpointing(*plain, {}).empty());
 }
 
+// Hooks (util/block_hooks.h, what fsdp moves weights with) see each block's forward, then, in backward, each block
+// before any of its own backward runs (the first block's gradient is not there yet when its hook is called), under the
+// model's prefix; without grad mode no backward hook is due.
+TEST(ActivationCheckpoint, BlockHooksSeeEveryForwardAndEveryBackwardBeforeTheBlocksOwn) {
+  struct Recorder : BlockHooks {
+    std::vector<std::string> calls;
+    const at::Tensor* watched = nullptr;  // blocks0's weight: its gradient must not exist at before_backward(blocks0)
+    void before_forward(const std::string& b) override { calls.push_back("F " + b); }
+    void after_forward(const std::string& b, bool backward_follows) override {
+      calls.push_back(std::string(backward_follows ? "f " : "f- ") + b);
+    }
+    void before_backward(const std::string& b) override {
+      calls.push_back("B " + b + (watched->grad().defined() ? " (grad already)" : ""));
+    }
+  };
+  for (const bool checkpointed : {false, true}) {
+    torch::manual_seed(5);
+    TwoBlocks model;
+    if (checkpointed) model.set_checkpointed({"blocks0", "blocks1"});
+    auto hooks = std::make_shared<Recorder>();
+    const at::Tensor weight = model.blocks_[0]->parameters()[0];
+    hooks->watched = &weight;
+    model.set_block_hooks(hooks, "net.");
+    model.forward(at::randn({2, 8})).sum().backward();
+    EXPECT_EQ(hooks->calls, (std::vector<std::string>{"F net.blocks0", "f net.blocks0", "F net.blocks1", "f net.blocks1", "B net.blocks1",
+                                                      "B net.blocks0"}))
+        << "checkpointed " << checkpointed;
+    hooks->calls.clear();
+    {
+      at::NoGradGuard no_grad;
+      model.forward(at::randn({2, 8}));
+    }
+    EXPECT_EQ(hooks->calls, (std::vector<std::string>{"F net.blocks0", "f- net.blocks0", "F net.blocks1", "f- net.blocks1"}));
+  }
+}
+
 }  // namespace
 }  // namespace bellows::models

@@ -1,0 +1,79 @@
+"""Tensor memory per rank under each data-parallel strategy (docs/distributed.md): W3 and W7 (its encoder trained,
+model.freeze_encoder=false: the fine-tuning that sharding is for) at 1, 2 and 4 processes, fp32, AdamW, the same
+global batch, 6 optimizer steps.
+
+Each run's step record at step 6 gives every rank's tensor memory from bellows' counting CPU allocator: `mem_mb` (at
+the record: between steps, after the optimizer) and `mem_peak_mb` (the peak over the window), rank 0's under those
+names and rank r's as `mem_mb_rank<r>` / `mem_peak_mb_rank<r>`. Memory, not time: the 4-process runs share the two
+cores.
+
+    bench/dist/memory.sh [W3 W7] [--ranks 2 --ranks 4] [--out DIR]
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench", "peers"))
+import peer  # noqa: E402
+from run import data_for, run, write_results  # noqa: E402
+
+STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
+EXTRA = {"W7": ["model.freeze_encoder=false"]}
+
+
+def measure(workload, args, data, ranks, strategy):
+    w = peer.WORKLOADS[workload]
+    name = f"{workload}-mem-{ranks}-{strategy}"
+    out = os.path.join(args.work, "runs")
+    shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    train = ["train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}", f"data.path={data}",
+             f"data.batch_size={w.batch_size // ranks}", "train.max_steps=6", "train.epochs=1000", "train.log_every_n_steps=6",
+             "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 if ranks == 1 else 1}", "precision=fp32",
+             "data.workers=0", *w.bellows_overrides, *EXTRA.get(workload, [])]
+    bellows = os.path.join(args.bin, "bellows")
+    if ranks > 1:
+        cmd = [bellows, "launch", "-n", str(ranks), "--master-port", str(args.port), "--", *train, f"dist.strategy={strategy}"]
+    else:
+        cmd = [bellows, *train]
+    run(cmd, os.path.join(args.work, f"{name}.log"))
+    records = [json.loads(line) for line in open(os.path.join(out, name, "metrics.jsonl"))]
+    last = [r for r in records if r.get("type") == "train"][-1]
+    now = [last["mem_mb"]] + [last[f"mem_mb_rank{r}"] for r in range(1, ranks)]
+    peak = [last["mem_peak_mb"]] + [last[f"mem_peak_mb_rank{r}"] for r in range(1, ranks)]
+    header = next(r for r in records if "header" in r)["header"]
+    return {"now": now, "peak": peak, "loss": last["loss"], "strategy_row": header.get("strategy", "")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workloads", nargs="*", help="default: W3 W7")
+    ap.add_argument("--ranks", type=int, action="append", help="repeatable; default 2 and 4")
+    ap.add_argument("--port", type=int, default=29741)
+    ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-memory"))
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    args = ap.parse_args()
+    args.workloads = args.workloads or ["W3", "W7"]
+    args.quick = False
+    args.work = os.path.join(args.out, "work")
+    args.data_root = os.path.join(args.out, "data")
+    os.makedirs(args.work, exist_ok=True)
+    lines = ["| workload | processes | strategy | between steps, MB per rank | peak, MB per rank | loss at step 6 |", "|---|---|---|---|---|---|"]
+    rows = []
+    for workload in args.workloads:
+        data = data_for(workload, args)
+        for ranks, strategy in [(1, "single")] + [(n, s) for n in (args.ranks or [2, 4]) for s in STRATEGIES]:
+            m = measure(workload, args, data, ranks, strategy)
+            rows.append({"workload": workload, "ranks": ranks, "strategy": strategy, **m})
+            lines.append(f"| {workload} | {ranks} | {strategy} | {' / '.join(f'{x:.2f}' for x in m['now'])} | "
+                         f"{' / '.join(f'{x:.2f}' for x in m['peak'])} | {m['loss']:.5f} |")
+            print("  " + lines[-1], flush=True)
+    write_results(args.out, "bench/dist/memory.sh", {"rows": rows}, "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

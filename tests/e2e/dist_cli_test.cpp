@@ -3,6 +3,7 @@
 // that overflows on one rank, which both skip), and a rank killed with SIGKILL makes the survivor exit with
 // an error naming it within seconds.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -430,6 +431,37 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) { expect_survivor_stops("ddp", 7); }
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderZero2) { expect_survivor_stops("zero2", 13); }
+
+// Under fsdp a checkpoint gathers every weight and the optimizer state on rank 0 before rank 0 writes: rank 1 killed
+// with SIGKILL while checkpoints are taken every step (so most kills land in a gather or a write) stops rank 0 with a
+// resource error, every checkpoint left behind is complete (written to a temporary name, renamed when whole), and a
+// new job resumes from the newest.
+TEST(DistCli, AKilledRankDuringFsdpCheckpointsLeavesOnlyCompleteCheckpoints) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill_ckpt");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 67) % 20000);
+  const std::string args = transformer_args(csv, dir, "kill", "dist.strategy=fsdp train.eval_every_n_steps=0 checkpoint.every_n_steps=1");
+  const std::string train = fmt::format("'{}' {} train.max_steps=1000000 dist.timeout_s=20", BELLOWS_CLI_PATH, args);
+  const std::string script = fmt::format(
+      "cd '{0}'; export WORLD_SIZE=2 MASTER_PORT={1}; RANK=0 {2} >r0.out 2>r0.err & p0=$!; RANK=1 {2} >r1.out 2>r1.err & p1=$!; "
+      "for i in $(seq 300); do [ $(ls kill/checkpoints 2>/dev/null | grep -c '^step-') -ge 3 ] && break; sleep 0.05; done; kill -9 $p1; "
+      "wait $p0; echo $? > rc0",
+      dir.string(), port, train);
+  std::ofstream(dir / "kill.sh") << script << "\n";
+  const int status = std::system(("timeout 120 bash '" + (dir / "kill.sh").string() + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(bellows::testing::slurp(dir / "rc0"), "4\n") << bellows::testing::slurp(dir / "r0.err");
+  // Every checkpoint directory under its final name verifies; none was skipped as damaged.
+  std::vector<std::string> skipped;
+  const std::optional<fs::path> newest = bellows::ckpt::find_latest_valid(dir / "kill" / "checkpoints", &skipped);
+  ASSERT_TRUE(newest.has_value());
+  EXPECT_TRUE(skipped.empty()) << fmt::format("{}", fmt::join(skipped, "; "));
+  const CliResult resumed =
+      run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + args + " resume=auto train.max_steps=" +
+              std::to_string(std::stoi(newest->filename().string().substr(5)) + 2));
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + newest->string()));
+}
 
 // Under fsdp most of a step is spent in or beside the gathers of layers' weights: one of them, most often, names it.
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderFsdp) { expect_survivor_stops("fsdp", 61); }

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "bellows/models/activation_checkpoint.h"  // defines: Checkpointable, select_blocks
 #include "bellows/obs/memory.h"
@@ -115,7 +116,17 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
     if (mine[i]) owned.push_back(trainable[i]);
   }
   optimizer_ = std::make_unique<Optimizer>(owned, options_.optimizer);
-  if (options_.ema) ema_ = std::make_unique<Ema>(bellows::named_state(*model_), *options_.ema);
+  if (options_.ema) {
+    // Under fsdp each rank averages what it holds between steps: its own tensors of the blocks, and everything outside
+    // them; a checkpoint gathers the rest from their owners (save_checkpoint).
+    std::unordered_set<const c10::TensorImpl*> elsewhere;
+    for (const std::size_t i : in_units_) {
+      if (!mine[i]) elsewhere.insert(params_[i].unsafeGetTensorImpl());
+    }
+    NamedTensors averaged = bellows::named_state(*model_);
+    std::erase_if(averaged, [&](const auto& named) { return elsewhere.contains(named.second.unsafeGetTensorImpl()); });
+    ema_ = std::make_unique<Ema>(averaged, *options_.ema);
+  }
   recorder_ = std::make_unique<Recorder>(options_, *precision_);
   keeper_ = std::make_unique<CheckpointKeeper>(options_.checkpoint, *options_.strategy, task_->monitor(), task_->lower_is_better(),
                                                [this](const std::string& text) { message(text); });
@@ -133,11 +144,11 @@ Trainer::~Trainer() = default;
 
 void Trainer::configure_units() {
   dist::Strategy& s = *options_.strategy;
-  BELLOWS_CHECK_CONFIG(!options_.ema,
-                       fmt::format("dist.strategy {} with EMA: the average of weights that each rank holds only while their block "
-                                   "runs is not built",
+  BELLOWS_CHECK_CONFIG(!options_.eval_with_ema,
+                       fmt::format("dist.strategy {} with ema.eval: each rank keeps the average of its own share of the blocks' "
+                                   "weights, so no rank has the whole average to evaluate",
                                    s.name()),
-                       "use dist.strategy: zero2 (sharded optimizer state and gradients) with EMA, or turn ema.enabled off");
+                       "evaluate the live weights (ema.eval: false; checkpoints keep the whole average), or use dist.strategy: zero2");
   auto* model = dynamic_cast<models::Checkpointable*>(model_.get());
   const std::vector<std::string> blocks = model ? model->checkpoint_blocks() : std::vector<std::string>{};
   BELLOWS_CHECK_CONFIG(!blocks.empty(),
@@ -160,6 +171,7 @@ void Trainer::configure_units() {
       const auto found = index.find(p.unsafeGetTensorImpl());
       if (found != index.end()) unit.push_back(found->second);  // frozen parameters stay on every rank
     }
+    for (const std::size_t i : unit) in_units_.push_back(i);
     members.push_back(std::move(unit));
   }
   s.set_units(names, std::move(members));
@@ -421,7 +433,14 @@ void Trainer::load_state_dict(const StateDict& state) {
     schedule_->load_state_dict(pending_schedule_state_);
     pending_schedule_state_.clear();
   }
-  if (ema_) ema_->load_state_dict(sub_dict(state, "ema"));
+  if (ema_) {
+    StateDict ema = sub_dict(state, "ema");
+    if (!in_units_.empty()) {  // fsdp: this rank averages its share (the checkpoint has every rank's)
+      const StateDict mine = ema_->state_dict();
+      std::erase_if(ema, [&](const auto& kv) { return !mine.contains(kv.first); });
+    }
+    ema_->load_state_dict(ema);
+  }
   step_ = get_int(state, "counters.step");
   epoch_ = get_int(state, "counters.epoch");
   batches_in_epoch_ = get_int(state, "counters.batches_in_epoch");
@@ -436,14 +455,16 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
   // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step); under fsdp
   // every weight too.
   WholeParameters whole(*options_.strategy);
-  std::optional<StateDict> gathered;
+  std::optional<StateDict> gathered, gathered_ema;
   if (options_.strategy->shards_optimizer()) gathered = options_.strategy->gather_state(optimizer_->state_dict());
-  return keeper_->save(step_, reason, wait, [&] { return snapshot(train, gathered ? &*gathered : nullptr); });
+  if (ema_ && !in_units_.empty()) gathered_ema = options_.strategy->gather_state(ema_->state_dict());  // fsdp: every rank's share
+  return keeper_->save(step_, reason, wait,
+                       [&] { return snapshot(train, gathered ? &*gathered : nullptr, gathered_ema ? &*gathered_ema : nullptr); });
 }
 
 void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }
 
-ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* optimizer_state) const {
+ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* optimizer_state, const StateDict* ema_state) const {
   ckpt::Checkpoint c;
   c.step = step_;
   c.epoch = epoch_;
@@ -453,6 +474,10 @@ ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* op
   if (optimizer_state != nullptr) {  // the whole sharded state in place of this rank's share
     std::erase_if(state, [](const auto& kv) { return kv.first.rfind("optim.", 0) == 0; });
     merge_prefixed(state, "optim", *optimizer_state);
+  }
+  if (ema_state != nullptr) {  // the whole average in place of this rank's share (fsdp)
+    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("ema.", 0) == 0; });
+    merge_prefixed(state, "ema", *ema_state);
   }
   // Sessions never resume a data position (each starts at its data's beginning): none is stored.
   if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());

@@ -258,15 +258,15 @@ TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
   EXPECT_THAT(alone.out, HasSubstr(fmt::format("optimizer steps   {}", at + 15)));
 }
 
-// The optimizer state of a run's newest checkpoint (state.bin's "optim." entries).
-std::map<std::string, at::Tensor> dist_optimizer_state(const fs::path& run) {
+// The optimizer state of a run's newest checkpoint (state.bin's "optim." entries, or those under another prefix).
+std::map<std::string, at::Tensor> dist_optimizer_state(const fs::path& run, const std::string& prefix = "optim.") {
   fs::path newest;
   for (const auto& e : fs::directory_iterator(run / "checkpoints")) {
     if (fs::exists(e.path() / "state.bin") && e.path().filename() > newest.filename()) newest = e.path();
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& [key, t] : bellows::ckpt::load_checkpoint(newest).state) {
-    if (key.rfind("optim.", 0) == 0) out.emplace(key, t);
+    if (key.rfind(prefix, 0) == 0) out.emplace(key, t);
   }
   return out;
 }
@@ -340,13 +340,14 @@ std::string transformer_args(const fs::path& csv, const fs::path& out, const std
 }
 
 // fsdp gathers each layer's weights from their owners before its forward and backward and trains to ddp's weights
-// bitwise on 2 ranks (a reduce of two numbers is the all-reduce's sum), with a checkpointed layer, accumulation and
-// clipping; its checkpoint is ddp's file (the whole model, gathered), so each continues under the other.
+// bitwise on 2 ranks (a reduce of two numbers is the all-reduce's sum), with a checkpointed layer, accumulation,
+// clipping and EMA (each rank averaging its share); its checkpoint is ddp's file (the whole model, optimizer state and
+// average, gathered), so each continues under the other.
 TEST(DistCli, FsdpTrainsAsDdpAndCheckpointsResumeAcrossStrategies) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_fsdp");
   const fs::path csv = dist_write_csv(dir);
   const int port = 20000 + static_cast<int>((getpid() + 53) % 20000);
-  const std::string extra = "train.accumulation_steps=2 train.clip_max_norm=0.05 checkpointing=[encoder.layers.1]";
+  const std::string extra = "train.accumulation_steps=2 train.clip_max_norm=0.05 checkpointing=[encoder.layers.1] ema.enabled=true";
   auto launch = [&](const std::string& name, const std::string& more) {
     const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + transformer_args(csv, dir, name, extra + " " + more));
     EXPECT_EQ(r.code, 0) << name << " " << more << "\n" << r.out << r.err;
@@ -365,19 +366,24 @@ TEST(DistCli, FsdpTrainsAsDdpAndCheckpointsResumeAcrossStrategies) {
     EXPECT_GT(record.value("rss_mb_rank1", 0.0), 100.0) << record.dump();  // LibTorch alone is more
     EXPECT_FALSE(record.contains("mem_mb_rank2")) << record.dump();
   }
-  const auto fsdp_state = dist_optimizer_state(dir / "fsdp"), ddp_state = dist_optimizer_state(dir / "ddp");
-  ASSERT_EQ(fsdp_state.size(), ddp_state.size());
-  for (const auto& [key, t] : ddp_state) {
-    ASSERT_TRUE(fsdp_state.count(key)) << key;
-    EXPECT_TRUE(fsdp_state.at(key).equal(t)) << key;
+  for (const std::string prefix : {"optim.", "ema."}) {
+    const auto fsdp_state = dist_optimizer_state(dir / "fsdp", prefix), ddp_state = dist_optimizer_state(dir / "ddp", prefix);
+    ASSERT_EQ(fsdp_state.size(), ddp_state.size()) << prefix;
+    ASSERT_GT(ddp_state.size(), 10u) << prefix;
+    for (const auto& [key, t] : ddp_state) {
+      ASSERT_TRUE(fsdp_state.count(key)) << key;
+      EXPECT_TRUE(fsdp_state.at(key).equal(t)) << key;
+    }
   }
   launch("fsdp", "dist.strategy=ddp train.max_steps=8 resume=auto");
   launch("ddp", "dist.strategy=fsdp train.max_steps=8 resume=auto");
   EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / "fsdp"), dist_final_weights(dir / "ddp")), 0.0);
+  const auto fsdp_ema = dist_optimizer_state(dir / "ddp", "ema."), ddp_ema = dist_optimizer_state(dir / "fsdp", "ema.");
+  for (const auto& [key, t] : ddp_ema) EXPECT_TRUE(fsdp_ema.at(key).equal(t)) << key;
 }
 
 // What fsdp cannot shard is a configuration error on every rank, before anything is written.
-TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEma) {
+TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEmaEvaluation) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_fsdp_bad");
   const fs::path csv = dist_write_csv(dir);
   const int port = 20000 + static_cast<int>((getpid() + 59) % 20000);
@@ -390,9 +396,9 @@ TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEma) {
   EXPECT_NE(units.code, 0);
   EXPECT_THAT(units.err, HasSubstr("dist.fsdp_units: pattern 'decoder.*' matches no block of the model"));
   EXPECT_THAT(units.err, HasSubstr("encoder.layers.0, encoder.layers.1"));
-  const CliResult ema = run_cli(launch + transformer_args(csv, dir, "ema", "dist.strategy=fsdp ema.enabled=true"));
+  const CliResult ema = run_cli(launch + transformer_args(csv, dir, "ema", "dist.strategy=fsdp ema.enabled=true ema.eval=true"));
   EXPECT_NE(ema.code, 0);
-  EXPECT_THAT(ema.err, HasSubstr("dist.strategy fsdp with EMA"));
+  EXPECT_THAT(ema.err, HasSubstr("dist.strategy fsdp with ema.eval: each rank keeps the average of its own share"));
   for (const char* run : {"mlp", "units", "ema"}) EXPECT_FALSE(fs::exists(dir / run / "checkpoints")) << run;
 }
 

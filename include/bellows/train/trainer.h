@@ -101,10 +101,11 @@ class Trainer {
   bool stop_requested() const { return options_.stop_flag != nullptr && options_.stop_flag->load(); }
   // What a checkpoint of now holds, as host copies: weights, state_dict, the data position of `train`, RNG states.
   // optimizer_state: the optimizer entries to store instead of this rank's own (a sharded optimizer's, gathered).
-  ckpt::Checkpoint snapshot(data::BatchSource* train, const StateDict* optimizer_state = nullptr) const;
+  ckpt::Checkpoint snapshot(data::BatchSource* train, const StateDict* optimizer_state = nullptr, const StateDict* ema_state = nullptr) const;
 
   // dist.strategy fsdp: the model's blocks that the strategy gathers when used (dist.fsdp_units), and its hooks on them.
   void configure_units();
+  std::vector<std::size_t> in_units_;  // fsdp: the trainable parameters (indices into params_) inside its units
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;

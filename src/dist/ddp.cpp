@@ -26,17 +26,10 @@
 
 #include "bellows/util/check.h"
 #include "dist/backend.h"
+#include "dist/gradient_hooks.h"
 
 namespace bellows::dist {
 namespace {
-
-// What torch::autograd::impl::grad_accumulator returns: torch 2.13 made autograd's Node pointers intrusive; 2.11
-// and 2.12 hand out std::shared_ptr<Node>.
-#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
-using AutogradNodePtr = std::shared_ptr<torch::autograd::Node>;
-#else
-using AutogradNodePtr = c10::intrusive_ptr<torch::autograd::Node>;
-#endif
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)); }
 
@@ -106,7 +99,7 @@ struct Ddp::Impl {
   // agree(): the flags in flight and their all-reduce.
   at::Tensor agreement_flags;
   c10::intrusive_ptr<c10d::Work> agreement;
-  std::vector<std::pair<AutogradNodePtr, std::uintptr_t>> hooks;
+  GradientHooks hooks;  // one per parameter: its gradient is ready
 
   // NCCL runs its collectives on its own CUDA streams: waiting for one makes the current stream wait (no host
   // block), and a collective that never completes is the process group's watchdog's to report (its timeout is
@@ -244,10 +237,6 @@ struct Ddp::Impl {
     }
   }
 
-  void remove_hooks() {
-    for (auto& [node, key] : hooks) node->del_post_hook(key);
-    hooks.clear();
-  }
 };
 
 Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<Impl>()) {
@@ -312,7 +301,7 @@ Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<I
 
 Ddp::~Ddp() {
   if (!impl_) return;
-  impl_->remove_hooks();
+  impl_->hooks.clear();
   // A process group shut down before it goes: NCCL's otherwise warns at every exit that it was destroyed without
   // destroy_process_group(), and its watchdog may still be polling. Errors here have nobody to reach.
   for (auto* group : {&impl_->params_group, &impl_->group}) {
@@ -336,7 +325,7 @@ std::string Ddp::describe() const {
 
 void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {
   Impl& m = *impl_;
-  m.remove_hooks();
+  m.hooks.clear();
   if (m.agreement) {  // a previous fit's last decisions: done with
     m.wait(m.agreement, "agreement on stop and checkpoint decisions");
     m.agreement.reset();
@@ -379,15 +368,9 @@ void Ddp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params)
   }
   // --- a hook on every gradient accumulator ---
   for (std::size_t n = 0; n < params.size(); ++n) {
-    auto node = torch::autograd::impl::grad_accumulator(params[n]);
-    BELLOWS_CHECK(node, "a trainable parameter has no gradient accumulator", "report this bug");
-    Ddp* self = this;
-    const std::uintptr_t key = node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [self, n](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (self->syncing()) self->impl_->on_gradient(n);
-          return outputs;
-        }));
-    m.hooks.emplace_back(std::move(node), key);
+    m.hooks.add(params[n], [this, n] {
+      if (syncing()) impl_->on_gradient(n);
+    });
   }
   m.launched_in_backward = 0;
   m.last = {};

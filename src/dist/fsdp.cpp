@@ -5,27 +5,17 @@
 #include <c10/core/StorageImpl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/headeronly/version.h>  // TORCH_VERSION_MINOR
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "bellows/util/check.h"
+#include "dist/gradient_hooks.h"
 
 namespace bellows::dist {
 namespace {
 
 constexpr std::size_t kNoUnit = static_cast<std::size_t>(-1);
 
-#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
-using AutogradNodePtr = std::shared_ptr<torch::autograd::Node>;
-#else
-using AutogradNodePtr = c10::intrusive_ptr<torch::autograd::Node>;
-#endif
-
 // A tensor's elements in memory order (channels_last weights too): what an owner sends and a receiver writes back.
 at::Tensor memory_order(const at::Tensor& t) { return t.detach().as_strided({t.numel()}, {1}); }
-
-bool released(const at::Tensor& p) { return p.storage().nbytes() == 0 && p.numel() > 0; }
 
 // Frees a parameter's storage in place: the tensor keeps its shape, and every view of it (those autograd saved for
 // backward) shares the storage, so they all see the weights again once the storage is filled. Written here: LibTorch
@@ -72,29 +62,17 @@ class Fsdp::Hooks final : public BlockHooks {
   Fsdp* owner_;
 };
 
-struct Fsdp::GradHook {
-  AutogradNodePtr node;
-  std::uintptr_t key = 0;
-};
-
 Fsdp::Fsdp(const ProcessInfo& info, DdpOptions options, std::vector<std::string> units)
     : Zero(info, [&] {
         options.parameter_group = true;
         return std::move(options);
       }(), 3),
-      patterns_(std::move(units)) {
+      patterns_(std::move(units)),
+      grad_hooks_(std::make_unique<GradientHooks>()) {
   hooks_ = std::make_shared<Hooks>(this);
 }
 
-Fsdp::~Fsdp() {
-  hooks_->detach();
-  remove_hooks();
-}
-
-void Fsdp::remove_hooks() {
-  for (auto& h : grad_hooks_) h->node->del_post_hook(h->key);
-  grad_hooks_.clear();
-}
+Fsdp::~Fsdp() { hooks_->detach(); }
 
 std::shared_ptr<BlockHooks> Fsdp::block_hooks() { return hooks_; }
 
@@ -137,7 +115,6 @@ std::vector<bool> Fsdp::shard(const std::vector<at::Tensor>& params) {
   std::vector<bool> mine = Zero::shard(params);
   for (Unit& u : units_) {
     u.remote.clear();
-    u.trainable = u.params.size();
     for (const std::size_t i : u.params) {
       if (!mine[i]) u.remote.push_back(i);
     }
@@ -232,7 +209,7 @@ void Fsdp::on_gradient(std::size_t unit) {
   if (!armed_) return;
   Unit& u = units_[unit];
   // Autograd has accumulated every gradient of the unit: nothing in this backward reads its weights again.
-  if (++u.grads_ready == u.trainable) {
+  if (++u.grads_ready == u.params.size()) {
     u.grads_ready = 0;
     release(u);
   }
@@ -241,21 +218,9 @@ void Fsdp::on_gradient(std::size_t unit) {
 void Fsdp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) {
   if (armed_) gather_parameters();  // a second fit: replicas are made equal from whole weights
   Zero::setup(model, params);
-  remove_hooks();
+  grad_hooks_->clear();
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (unit_of_[i] == kNoUnit) continue;
-    auto node = torch::autograd::impl::grad_accumulator(params_[i]);
-    BELLOWS_CHECK(node, "a trainable parameter has no gradient accumulator", "report this bug");
-    const std::size_t unit = unit_of_[i];
-    Fsdp* self = this;
-    auto hook = std::make_unique<GradHook>();
-    hook->key = node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [self, unit](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          self->on_gradient(unit);
-          return outputs;
-        }));
-    hook->node = std::move(node);
-    grad_hooks_.push_back(std::move(hook));
+    if (unit_of_[i] != kNoUnit) grad_hooks_->add(params_[i], [this, unit = unit_of_[i]] { on_gradient(unit); });
   }
   release_parameters();
 }
@@ -286,12 +251,6 @@ void Fsdp::release_parameters() {
     release(u);
   }
   armed_ = true;
-}
-
-std::int64_t Fsdp::held_elements() const {
-  std::int64_t held = 0;
-  for (const auto& p : params_) held += released(p) ? 0 : p.numel();
-  return held;
 }
 
 }  // namespace bellows::dist

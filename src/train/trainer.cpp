@@ -471,13 +471,12 @@ ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* op
   // to_host copies: the background writer reads them while training goes on.
   c.model = to_host(model_tensors(*model_));
   StateDict state = state_dict();
-  if (optimizer_state != nullptr) {  // the whole sharded state in place of this rank's share
-    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("optim.", 0) == 0; });
-    merge_prefixed(state, "optim", *optimizer_state);
-  }
-  if (ema_state != nullptr) {  // the whole average in place of this rank's share (fsdp)
-    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("ema.", 0) == 0; });
-    merge_prefixed(state, "ema", *ema_state);
+  // The whole sharded optimizer state (zero1, zero2, fsdp) and average (fsdp) in place of this rank's share.
+  for (const auto& [prefix, whole] : {std::pair{"optim", optimizer_state}, std::pair{"ema", ema_state}}) {
+    if (whole == nullptr) continue;
+    const std::string dotted = std::string(prefix) + ".";
+    std::erase_if(state, [&](const auto& kv) { return kv.first.rfind(dotted, 0) == 0; });
+    merge_prefixed(state, prefix, *whole);
   }
   // Sessions never resume a data position (each starts at its data's beginning): none is stored.
   if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());

@@ -32,6 +32,8 @@
 
 namespace bellows::dist {
 
+class GradientHooks;  // src/dist/gradient_hooks.h
+
 class Fsdp final : public Zero {
  public:
   // Joins the job as Ddp does (with a second process group for the gathers). `units`: dist.fsdp_units.
@@ -50,9 +52,6 @@ class Fsdp final : public Zero {
   void gather_parameters() override;
   void release_parameters() override;
 
-  // Trainable parameter elements whose weights this rank holds now (tests and the plan).
-  std::int64_t held_elements() const;
-
  private:
   class Hooks;
   struct Unit {
@@ -60,8 +59,7 @@ class Fsdp final : public Zero {
     std::vector<std::size_t> params;  // indices into shard()'s list
     std::vector<std::size_t> remote;  // of those, the ones another rank owns (released between uses)
     std::vector<Flat> flats;          // one broadcast per owner and dtype
-    std::size_t grads_ready = 0;      // gradients accumulated in the running backward
-    std::size_t trainable = 0;        // gradients to wait for
+    std::size_t grads_ready = 0;      // of params' gradients, accumulated in the running backward
     // A gather in flight: its buffers (received, or this rank's own tensors sent) and the collectives.
     std::vector<at::Tensor> buffers;
     std::vector<std::unique_ptr<Ddp::Pending>> pending;
@@ -75,7 +73,6 @@ class Fsdp final : public Zero {
   void before_forward(const std::string& name);
   void after_forward(const std::string& name);
   void before_backward(const std::string& name);
-  void remove_hooks();
 
   std::vector<std::string> patterns_;
   std::vector<at::Tensor> params_;
@@ -84,8 +81,7 @@ class Fsdp final : public Zero {
   std::vector<std::size_t> unit_of_;  // per parameter: its unit, or npos
   bool armed_ = false;  // between setup()/release_parameters() and gather_parameters(): the hooks move weights
   std::shared_ptr<Hooks> hooks_;
-  struct GradHook;
-  std::vector<std::unique_ptr<GradHook>> grad_hooks_;
+  std::unique_ptr<GradientHooks> grad_hooks_;  // on the units' parameters: on_gradient()
 };
 
 }  // namespace bellows::dist

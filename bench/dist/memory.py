@@ -7,11 +7,16 @@ the record: between steps, after the optimizer) and `mem_peak_mb` (the peak over
 names and rank r's as `mem_mb_rank<r>` / `mem_peak_mb_rank<r>`. Memory, not time: the 4-process runs share the two
 cores.
 
-    bench/dist/memory.sh [W3 W7] [--ranks 2 --ranks 4] [--out DIR]
+    bench/dist/memory.sh [W3 W7] [--ranks 2 --ranks 4] [--out DIR] [--strategy ddp ...] [--auto]
+
+--auto also runs each job with dist.strategy: auto and sets the bytes per rank its plan row predicts for each strategy
+(plan/strategy.h: weights, gradients, optimizer state, EMA, the probe step's activations) beside the measured peak of
+the busiest rank.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -48,6 +53,11 @@ def measure(workload, args, data, ranks, strategy):
     return {"now": now, "peak": peak, "loss": last["loss"], "strategy_row": header.get("strategy", "")}
 
 
+def predicted(row):
+    """{strategy: MB per rank} from an auto run's strategy row ("zero2 2.51 MB (weights ...")."""
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"(ddp|zero1|zero2|fsdp) ([0-9.]+) MB \(weights", row)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workloads", nargs="*", help="default: W3 W7")
@@ -55,6 +65,8 @@ def main():
     ap.add_argument("--port", type=int, default=29741)
     ap.add_argument("--out", default=os.path.join(REPO, "build", "dist-memory"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    ap.add_argument("--strategy", action="append", choices=STRATEGIES, help="repeatable; default all four")
+    ap.add_argument("--auto", action="store_true", help="also dist.strategy: auto, its predictions against the measured peaks")
     args = ap.parse_args()
     args.workloads = args.workloads or ["W3", "W7"]
     args.quick = False
@@ -65,12 +77,26 @@ def main():
     rows = []
     for workload in args.workloads:
         data = data_for(workload, args)
-        for ranks, strategy in [(1, "single")] + [(n, s) for n in (args.ranks or [2, 4]) for s in STRATEGIES]:
+        for ranks, strategy in [(1, "single")] + [(n, s) for n in (args.ranks or [2, 4]) for s in (args.strategy or STRATEGIES)]:
             m = measure(workload, args, data, ranks, strategy)
             rows.append({"workload": workload, "ranks": ranks, "strategy": strategy, **m})
             lines.append(f"| {workload} | {ranks} | {strategy} | {' / '.join(f'{x:.2f}' for x in m['now'])} | "
                          f"{' / '.join(f'{x:.2f}' for x in m['peak'])} | {m['loss']:.5f} |")
             print("  " + lines[-1], flush=True)
+    if args.auto:
+        lines += ["", "| workload | processes | auto chose | strategy | predicted MB per rank | measured peak, busiest rank |", "|---|---|---|---|---|---|"]
+        for workload in args.workloads:
+            data = data_for(workload, args)
+            for ranks in args.ranks or [2, 4]:
+                m = measure(workload, args, data, ranks, "auto")
+                guess = predicted(m["strategy_row"])
+                chose = m["strategy_row"].split()[0] if m["strategy_row"] else "?"
+                rows.append({"workload": workload, "ranks": ranks, "strategy": "auto", "predicted_mb": guess, **m})
+                for strategy in args.strategy or STRATEGIES:
+                    seen = [r for r in rows if (r["workload"], r["ranks"], r["strategy"]) == (workload, ranks, strategy)]
+                    peak = f"{max(seen[0]['peak']):.2f}" if seen else "not run"
+                    lines.append(f"| {workload} | {ranks} | {chose} | {strategy} | {guess.get(strategy, float('nan')):.2f} | {peak} |")
+                    print("  " + lines[-1], flush=True)
     write_results(args.out, "bench/dist/memory.sh", {"rows": rows}, "\n".join(lines) + "\n")
     return 0
 

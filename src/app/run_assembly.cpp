@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <unordered_set>
+
 #include "bellows/app/model_setup.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
@@ -14,6 +17,7 @@
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
+#include "bellows/dist/ddp.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
@@ -22,9 +26,11 @@
 #include "bellows/models/dropout.h"
 #include "bellows/plan/batch_size.h"
 #include "bellows/plan/checkpointing.h"
+#include "bellows/plan/strategy.h"
 #include "bellows/train/step_graph.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 
 namespace bellows::app {
 namespace fs = std::filesystem;
@@ -41,6 +47,12 @@ data::Batch first_samples(const data::Dataset& train, std::int64_t samples) {
   data::Batch batch = train.get_batch(first, context);
   train.finish_on_device(batch);
   return batch;
+}
+
+// State tensors the optimizer keeps per trainable parameter: Adam's two moments, SGD's momentum (or none).
+int optimizer_states(const config::Config& c) {
+  if (config::get_string(c, "optim.type") != "sgd") return 2;
+  return config::get_double(c, "optim.momentum") > 0 ? 1 : 0;
 }
 
 // `data.batch_size: auto` -- the finder decides (plan/batch_size.h) from measured steps on the first samples; the
@@ -60,8 +72,7 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   std::int64_t param_bytes = 0, shard_bytes = 0;
   for (const auto& t : trainer.trainable()) param_bytes += t.numel() * t.element_size();
   for (const auto& t : trainer.optimizer().parameters()) shard_bytes += t.numel() * t.element_size();
-  const std::string optimizer = config::get_string(c, "optim.type");
-  const int states = optimizer == "sgd" ? (config::get_double(c, "optim.momentum") > 0 ? 1 : 0) : 2;
+  const int states = optimizer_states(c);
   const int copies = states + (config::get_bool(c, "ema.enabled") ? 1 : 0);
   request.later_bytes = shard_bytes * states + param_bytes * (copies - states);
   // On the CPU a checkpoint's host copy of the weights and that state is tensor memory too, while training goes on.
@@ -84,6 +95,95 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   trainer.set_micro_split(std::stoll(text.substr(0, first)));
   return {"micro_batch", text.substr(first + 1, second - first - 1),
           ranks.is_main() ? choice.entry.reason : "rank 0's: " + text.substr(second + 1)};
+}
+
+// dist.strategy: auto on several processes -- they met as ddp; with the model built and a trainer on it, the plan
+// decides by memory (plan/strategy.h) from the model's bytes and a probe step on rank 0's first micro-batch (one
+// sample under data.batch_size: auto, whose finder later fits the micro-batch to the strategy chosen). Every rank
+// takes rank 0's choice. Returns the plan row and, where zero2 or fsdp is chosen, that strategy on the same process
+// group (nullptr: ddp stays).
+std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const config::Config& c, const hw::HardwareInfo& hw,
+                                                                        const plan::Plan& p, const dist::ProcessInfo& process,
+                                                                        const std::shared_ptr<dist::Strategy>& job,
+                                                                        torch::nn::Module& model, Trainer& trainer,
+                                                                        const data::Dataset& train) {
+  dist::Strategy& joined = *job;
+  plan::StrategyRequest r;
+  r.world_size = joined.world_size();
+  r.local_world_size = process.local_world_size;
+  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight once
+  for (const auto& t : model.parameters()) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) r.weight_bytes += t.numel() * t.element_size();
+  }
+  for (const auto& t : model.buffers()) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) r.weight_bytes += t.numel() * t.element_size();
+  }
+  std::unordered_set<const c10::TensorImpl*> trainable;
+  for (const auto& t : trainer.trainable()) {
+    if (trainable.insert(t.unsafeGetTensorImpl()).second) r.trainable_bytes += t.numel() * t.element_size();
+  }
+  r.trainable_tensors = static_cast<std::int64_t>(trainable.size());
+  // fsdp's units: the blocks dist.fsdp_units selects (every block where it is empty), their trainable weights.
+  auto* blocked = dynamic_cast<models::Checkpointable*>(&model);
+  const std::vector<std::string> blocks = blocked ? blocked->checkpoint_blocks() : std::vector<std::string>{};
+  if (blocks.empty()) {
+    r.fsdp_unfit = "the model has no named blocks to gather one at a time";
+  } else if (config::get_bool(c, "ema.eval")) {
+    r.fsdp_unfit = "ema.eval: no rank would hold the whole average";
+  } else {
+    const std::vector<std::string> patterns = config::get_string_list(c, "dist.fsdp_units");
+    const std::vector<std::string> units = patterns.empty() ? blocks : models::select_blocks(patterns, blocks, "dist.fsdp_units");
+    std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
+    for (const auto& item : model.named_modules()) modules.emplace(item.key(), item.value());
+    std::unordered_set<const c10::TensorImpl*> in_units;
+    for (const std::string& name : units) {
+      std::int64_t bytes = 0;
+      for (const auto& t : modules.at(name)->parameters()) {
+        if (!trainable.contains(t.unsafeGetTensorImpl())) continue;
+        if (!in_units.insert(t.unsafeGetTensorImpl()).second) {
+          r.fsdp_unfit = fmt::format("a weight of block {} is in another unit too (tied)", name);
+          continue;
+        }
+        bytes += t.numel() * t.element_size();
+      }
+      r.unit_bytes += bytes;
+      r.largest_unit_bytes = std::max(r.largest_unit_bytes, bytes);
+    }
+  }
+  r.optimizer_states = optimizer_states(c);
+  r.ema = config::get_bool(c, "ema.enabled");
+  r.bucket_bytes = static_cast<std::int64_t>(config::get_double(c, "dist.bucket_mb") * double(1 << 20));
+  r.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  if (p.device.is_cpu()) r.limit_bytes = obs::cpu_tensor_limit();
+  if (p.device.is_cuda()) r.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
+  std::string text;
+  if (joined.is_main()) {
+    // --- the probe step on rank 0: activations (and gradients, subtracted by the plan) ---
+    const std::int64_t loaded = std::min(loaded_batch_size(c, r.world_size), train.size());
+    r.activation_samples = config::is_word(c, "data.batch_size", "auto") ? 1 : (loaded + trainer.micro_split() - 1) / trainer.micro_split();
+    r.activation_basis = config::is_word(c, "data.batch_size", "auto")
+                             ? "one sample (data.batch_size: auto fits the micro-batch afterwards)"
+                             : fmt::format("the micro-batch of {} samples", r.activation_samples);
+    try {
+      const std::optional<std::int64_t> peak = trainer.measure_step_memory(first_samples(train, r.activation_samples));
+      r.step_peak_bytes = peak ? *peak : -2;
+    } catch (...) {
+      if (!report_current_exception().out_of_memory) throw;
+      obs::release_cached_memory(p.device);
+      r.step_peak_bytes = -1;
+    }
+    const plan::StrategyChoice choice = plan::plan_strategy(r, hw, p);
+    text = choice.name + "\n" + choice.entry.reason;
+  }
+  text = broadcast_text(joined, text);
+  const auto newline = text.find('\n');
+  const std::string name = text.substr(0, newline);
+  plan::PlanEntry row{"strategy", name, (joined.is_main() ? "" : "rank 0's: ") + text.substr(newline + 1)};
+  if (name == "ddp") return {row, nullptr};
+  dist::StrategyRequest request{c, process, p.device, ""};
+  request.joined = std::dynamic_pointer_cast<dist::Ddp>(job);
+  BELLOWS_CHECK(request.joined != nullptr, fmt::format("dist.strategy: auto joined as {}, not ddp", joined.name()), "report this bug");
+  return {row, dist::find_strategy(name).make(request)};
 }
 
 // `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
@@ -237,22 +337,26 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
                          fmt::format("online training runs in the calling process alone, but dist.strategy is {}", name),
                          "set dist.strategy: auto or single");
     a.strategy = std::make_shared<dist::SingleDevice>();
-  } else {
+  }
+  bool strategy_by_memory = false;
+  if (!o.online) {
     StrategySetup strategy = make_strategy(c, process, a.plan);
+    strategy_by_memory = strategy.by_memory;
     a.strategy = strategy.strategy;
     a.strategy_described = a.strategy->describe();
     a.plan.entries.push_back(strategy.entry);
     obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
     a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
   }
-  dist::Strategy& ranks = *a.strategy;
+  // Where dist.strategy: auto moves to zero2 or fsdp (below, once the model is built) these ranks are the same job.
+  dist::Strategy* ranks = a.strategy.get();
   models::set_dropout_masks(dropout_masks_setting(c));
   torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));  // the same seed on every rank
   std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once they do
 
   // --- data: datasets, samplers, prefetching loaders on the planned device (online: the sessions' own) ---
   if (!o.online) {
-    a.loaders = make_loaders(c, a.plan, o.stream, ranks.rank(), ranks.world_size());
+    a.loaders = make_loaders(c, a.plan, o.stream, ranks->rank(), ranks->world_size());
     a.plan.revise(a.loaders->plan_rows);  // what the data decided (the workers, from a measured batch)
     if (auto row = take_input_width_from_data(c, *a.loaders->splits.train)) a.plan.entries.push_back(*row);
     check_data_against_model(c, *a.loaders->splits.train);
@@ -277,7 +381,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   if (o.online) plan_without_data(c, *a.model.module, notes);
 
   // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---
-  a.run_dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(c).string() : std::string());
+  a.run_dir = broadcast_text(*ranks, ranks->is_main() ? make_run_dir(c).string() : std::string());
 
   // --- the trainer ---
   train::TrainerOptions t = trainer_options(c, a.plan);
@@ -298,10 +402,10 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
     }
   } else {
     t.profile = profile_options(c, a.run_dir);
-    a.plan.entries.push_back(resolve_compile(c, t, ranks.world_size()));
+    a.plan.entries.push_back(resolve_compile(c, t, ranks->world_size()));
   }
   // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
-  set_flop_options(c, hw, a.plan, /*may_measure=*/ranks.world_size() == 1, t, notes);
+  set_flop_options(c, hw, a.plan, /*may_measure=*/ranks->world_size() == 1, t, notes);
   // The run's GPU memory limit, after the machine's peaks were measured (their 256 MiB operands are the machine's
   // measurement, not the run's; measured under a small limit they failed on the H200) and before the run's model,
   // batch-size trials and steps allocate there.
@@ -310,11 +414,28 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   }
   t.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(a.plan.to_json())}};
   a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
+  if (strategy_by_memory) {  // dist.strategy: auto on several processes: by memory, measured with a trainer under ddp
+    auto [row, chosen] = plan_strategy(c, hw, a.plan, process, a.strategy, *a.model.module, *a.trainer, *a.loaders->splits.train);
+    if (chosen) {  // the trainer again, under the strategy chosen (on the same process group)
+      a.trainer.reset();
+      for (plan::PlanEntry& e : a.plan.entries) {
+        const auto at = e.key == "strategy" ? e.reason.find(a.strategy_described) : std::string::npos;
+        if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), chosen->describe());
+      }
+      a.strategy = t.strategy = chosen;
+      ranks = a.strategy.get();
+      a.strategy_described = chosen->describe();
+      a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
+    }
+    for (plan::PlanEntry& e : a.plan.entries) {
+      if (e.key == "strategy") e = {"strategy", row.value, e.reason + "; " + row.reason};
+    }
+  }
   Trainer& trainer = *a.trainer;
-  if (ranks.shards_optimizer()) {  // each rank's share exists once the trainer has given the strategy its parameters
+  if (ranks->shards_optimizer()) {  // each rank's share exists once the trainer has given the strategy its parameters
     for (plan::PlanEntry& e : a.plan.entries) {
       const auto at = e.key == "strategy" ? e.reason.find(a.strategy_described) : std::string::npos;
-      if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), ranks.describe());
+      if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), ranks->describe());
     }
   }
   // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
@@ -322,16 +443,16 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   std::int64_t planned_split = 1;
   if (!o.online) {
     const data::Dataset& first = *a.loaders->splits.train;
-    if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, a.plan, trainer, first, ranks);
+    if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, a.plan, trainer, first, *ranks);
     planned_split = trainer.micro_split();
-    const std::int64_t micro_samples = (loaded_batch_size(c, ranks.world_size()) + planned_split - 1) / planned_split;
+    const std::int64_t micro_samples = (loaded_batch_size(c, ranks->world_size()) + planned_split - 1) / planned_split;
     const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, a.plan, *a.model.module, trainer, first, micro_samples);
     if (micro_batch) a.plan.entries.push_back(*micro_batch);
     a.plan.entries.push_back(checkpointing);
   }
 
   // --- what the run directory records, and the sinks: rank 0's (records are global: the trainer sums over ranks) ---
-  if (ranks.is_main()) {
+  if (ranks->is_main()) {
     write_file_atomically(a.run_dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
     write_file_atomically(a.run_dir / "plan.json", a.plan.to_json());
     // The numbers a categorical CSV column's values became (docs/data.md): what `predict` inputs must use.
@@ -341,7 +462,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   }
   trainer.set_run_info(config::get_string(c, "name"), a.run_dir.string());
   trainer.set_header(header_rows(hw, a.plan));
-  if (ranks.is_main()) {
+  if (ranks->is_main()) {
     const obs::SinkContext where{a.run_dir, o.console, o.tty};
     for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
       if (!entry.key.empty() && !config::get_bool(c, entry.key)) continue;
@@ -355,7 +476,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   if (o.online) {
     a.resume_from = checkpoint_to_resume(c, a.run_dir, trainer, "starting untrained");
   } else if (const auto from = checkpoint_to_resume(c, a.run_dir, trainer, "starting from the beginning")) {
-    resume_run(*from, trainer, *a.loaders->train, ranks.world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
+    resume_run(*from, trainer, *a.loaders->train, ranks->world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
   }
   return a;
 }

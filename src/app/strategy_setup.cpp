@@ -35,6 +35,7 @@ StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& pr
     s.entry = {"strategy", entry.name, asked == "auto" ? "one process: " + process.reason : "requested"};
     return s;
   }
+  s.by_memory = asked == "auto";
   // data.batch_size is per process, as in PyTorch's DDP: an optimizer step sees world x batch x accumulation samples.
   const std::int64_t batch = loaded_batch_size(c, process.world_size);
   const std::int64_t k = config::get_int(c, "train.accumulation_steps");

@@ -293,10 +293,15 @@ Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<I
     }
   }
   m.group = make_backend(m.options.backend, m.store, info.rank, info.world_size, to_ms(m.options.timeout_s));
-  if (m.options.parameter_group) {
-    m.params_group = make_backend(m.options.backend, c10::make_intrusive<c10d::PrefixStore>("bellows/params", m.store), info.rank,
-                                  info.world_size, to_ms(m.options.timeout_s));
-  }
+  if (m.options.parameter_group) open_parameter_group();
+}
+
+void Ddp::open_parameter_group() {
+  Impl& m = *impl_;
+  if (m.params_group) return;
+  m.params_group = make_backend(m.options.backend, c10::make_intrusive<c10d::PrefixStore>("bellows/params", m.store), m.info.rank,
+                                m.info.world_size, to_ms(m.options.timeout_s));
+  m.options.parameter_group = true;
 }
 
 Ddp::~Ddp() {

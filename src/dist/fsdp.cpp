@@ -63,12 +63,17 @@ class Fsdp::Hooks final : public BlockHooks {
 };
 
 Fsdp::Fsdp(const ProcessInfo& info, DdpOptions options, std::vector<std::string> units)
-    : Zero(info, [&] {
-        options.parameter_group = true;
-        return std::move(options);
-      }(), 3),
+    : Fsdp(std::make_shared<Ddp>(info, [&] {
+             options.parameter_group = true;
+             return std::move(options);
+           }()),
+           std::move(units)) {}
+
+Fsdp::Fsdp(std::shared_ptr<Ddp> joined, std::vector<std::string> units)
+    : Zero(std::move(joined), 3),
       patterns_(std::move(units)),
       grad_hooks_(std::make_unique<GradientHooks>()) {
+  ddp_->open_parameter_group();
   hooks_ = std::make_shared<Hooks>(this);
 }
 

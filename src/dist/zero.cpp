@@ -35,9 +35,10 @@ std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const st
   return owners;
 }
 
-Zero::Zero(const ProcessInfo& info, DdpOptions options, int stage) : stage_(stage) {
+Zero::Zero(const ProcessInfo& info, DdpOptions options, int stage) : Zero(std::make_shared<Ddp>(info, std::move(options)), stage) {}
+Zero::Zero(std::shared_ptr<Ddp> joined, int stage) : stage_(stage), ddp_(std::move(joined)) {
   BELLOWS_CHECK(stage >= 1 && stage <= 3, fmt::format("ZeRO stage {}", stage), "stages 1 and 2, and 3 as fsdp's base");
-  ddp_ = std::make_unique<Ddp>(info, std::move(options));
+  BELLOWS_CHECK(ddp_ != nullptr, "Zero without a process group", "report this bug");
 }
 Zero::~Zero() = default;
 

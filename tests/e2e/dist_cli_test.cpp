@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "bellows/ckpt/checkpoint.h"
@@ -442,6 +443,69 @@ TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEmaEvaluatio
   EXPECT_NE(ema.code, 0);
   EXPECT_THAT(ema.err, HasSubstr("dist.strategy fsdp with ema.eval: each rank keeps the average of its own share"));
   for (const char* run : {"mlp", "units", "ema"}) EXPECT_FALSE(fs::exists(dir / run / "checkpoints")) << run;
+}
+
+// dist.strategy: auto on 2 processes decides by each rank's memory once the model is built: ddp where its weights,
+// gradients, optimizer state, EMA and the activations of a probe step fit 80% of the rank's budget; zero2 under a
+// cpu_tensor_limit_mb between zero2's and ddp's needs; fsdp under one between fsdp's and zero2's. The plan row gives
+// every option's bytes per rank; the chosen strategy trains as it does when asked for (the same losses) and within
+// the limit. A transformer of 4 layers (d_model 64) whose weights outweigh its activations; tiny buckets.
+TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_auto");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 89) % 20000);
+  const fs::path config = dir / "wide.yaml";
+  std::ofstream(config) << "model:\n  name: transformer\n  in_features: 4\n  d_model: 64\n  heads: 2\n  layers: 4\n  ff: 128\n"
+                           "  dropout: 0\n  max_len: 8\n  pooling: last\n  out_features: 1\n";
+  auto launch = [&](const std::string& name, const std::string& more) {
+    const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- train {} output_dir={} name={} data.source=csv data.path={} "
+                                            "data.csv.targets=[y] data.window.length=8 data.window.horizon=1 data.batch_size=8 "
+                                            "data.val_fraction=0.25 precision=fp32 train.epochs=100000 train.max_steps=4 "
+                                            "train.log_every_n_steps=2 train.eval_every_n_steps=3 checkpoint.enabled=false threads=1 "
+                                            "data.workers=0 dist.bucket_mb=0.01 ema.enabled=true {}",
+                                            port, config.string(), dir.string(), name, csv.string(), more));
+    EXPECT_EQ(r.code, 0) << name << " " << more << "\n" << r.out << r.err;
+    return r;
+  };
+  auto strategy_row = [&](const std::string& name) {
+    const nlohmann::json plan = nlohmann::json::parse(bellows::testing::slurp(dir / name / "plan.json"));
+    for (const auto& e : plan["entries"]) {
+      if (e["key"] == "strategy") return std::make_pair(e["value"].get<std::string>(), e["reason"].get<std::string>());
+    }
+    ADD_FAILURE() << "no strategy row in " << name;
+    return std::make_pair(std::string(), std::string());
+  };
+  auto megabytes = [](const std::string& reason, const std::string& strategy) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(reason, m, std::regex(strategy + " ([0-9.]+) MB \\(weights"))) << strategy << ": " << reason;
+    return m.empty() ? 0.0 : std::stod(m[1].str());
+  };
+  auto losses = [&](const std::string& name) {
+    std::vector<double> out;
+    for (const auto& r : dist_records(dir / name, "train")) out.push_back(r["loss"].get<double>());
+    return out;
+  };
+  launch("roomy", "dist.strategy=auto");
+  const auto [roomy, why] = strategy_row("roomy");
+  EXPECT_EQ(roomy, "ddp");
+  EXPECT_THAT(why, HasSubstr("auto: ddp fits 80% of the available memory / 2 processes on this node"));
+  EXPECT_THAT(why, HasSubstr("per rank at 2 ranks, activations measured on the micro-batch of 8 samples; ddp "));
+  const double ddp = megabytes(why, "ddp"), zero2 = megabytes(why, "zero2"), fsdp = megabytes(why, "fsdp");
+  EXPECT_GT(megabytes(why, "zero1"), zero2);
+  ASSERT_GT(ddp, zero2 * 1.1) << why;  // the optimizer state and gradients halved
+  ASSERT_GT(zero2, fsdp * 1.1) << why;  // the units' EMA halved, a unit at a time
+  launch("zero2", "dist.strategy=zero2");
+  launch("fsdp", "dist.strategy=fsdp");
+  launch("tight", fmt::format("dist.strategy=auto cpu_tensor_limit_mb={:.4f}", (zero2 + ddp) / 2 / 0.8));
+  EXPECT_EQ(strategy_row("tight").first, "zero2");
+  EXPECT_THAT(strategy_row("tight").second, HasSubstr("auto: zero2 fits 80% of cpu_tensor_limit_mb"));
+  EXPECT_THAT(strategy_row("tight").second, HasSubstr("optimizer state and gradients sharded (zero2): the ranks update"));
+  EXPECT_EQ(losses("tight"), losses("zero2"));
+  launch("tighter", fmt::format("dist.strategy=auto cpu_tensor_limit_mb={:.4f}", (fsdp + zero2) / 2 / 0.8));
+  EXPECT_EQ(strategy_row("tighter").first, "fsdp");
+  EXPECT_THAT(strategy_row("tighter").second, HasSubstr("; 4 units ("));
+  EXPECT_EQ(losses("tighter"), losses("fsdp"));
+  EXPECT_EQ(losses("tighter"), losses("roomy"));  // 2 ranks: every strategy's arithmetic is ddp's
 }
 
 // Rank 1 is killed with SIGKILL once rank 0 has logged a step; rank 0 must stop by itself with a resource error, well

@@ -20,6 +20,9 @@ dist::ProcessInfo process_info(const config::Config& config);
 struct StrategySetup {
   std::shared_ptr<dist::Strategy> strategy;
   plan::PlanEntry entry;  // "strategy": single | ddp, with world size, backend and the variables that said so
+  // dist.strategy: auto for several processes: they met as ddp, and the run decides by memory once the model is built
+  // (plan/strategy.h; app::assemble_run).
+  bool by_memory = false;
 };
 
 // Joins the job for ddp (the rendezvous: dist.timeout_s bounds it; ranks whose configs differ stop there).

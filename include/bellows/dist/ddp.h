@@ -78,6 +78,9 @@ class Ddp final : public Strategy {
     virtual void wait() = 0;
   };
   std::unique_ptr<Pending> broadcast_parameters(at::Tensor flat, int root, std::string what);
+  // Opens that second group where DdpOptions::parameter_group did not (a collective every rank calls); a no-op where
+  // it is open.
+  void open_parameter_group();
 
   // Counters of the last finish_gradients(): buckets, and how many were launched from backward's hooks (the
   // rest were launched by finish_gradients itself, after backward).

@@ -38,6 +38,8 @@ class Fsdp final : public Zero {
  public:
   // Joins the job as Ddp does (with a second process group for the gathers). `units`: dist.fsdp_units.
   Fsdp(const ProcessInfo& info, DdpOptions options, std::vector<std::string> units = {});
+  // On a job whose processes met already (dist.strategy: auto): opens the second group there, a collective.
+  Fsdp(std::shared_ptr<Ddp> joined, std::vector<std::string> units);
   ~Fsdp() override;
 
   std::string describe() const override;

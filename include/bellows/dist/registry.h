@@ -13,6 +13,7 @@
 
 #include "bellows/config/config.h"     // defines: Config
 #include "bellows/config/schema.h"     // defines: Schema
+#include "bellows/dist/ddp.h"          // defines: Ddp
 #include "bellows/dist/environment.h"  // defines: ProcessInfo
 #include "bellows/dist/strategy.h"     // defines: Strategy
 
@@ -24,6 +25,9 @@ struct StrategyRequest {
   ProcessInfo process;           // this process in its job (the launcher's environment)
   c10::Device device;            // where the model trains
   std::string config_hash;       // the resolved config's hash: ranks whose configs differ stop at the rendezvous
+  // Where the job's processes met already (dist.strategy: auto decides once the model is built): the strategies of
+  // several processes take this one's process group instead of a rendezvous of their own.
+  std::shared_ptr<Ddp> joined;
 };
 
 struct StrategyEntry {
@@ -32,7 +36,8 @@ struct StrategyEntry {
   // It joins a job of several processes started by a launcher (bellows launch, torchrun, srun, mpirun); false: the
   // process trains alone, which an environment naming several processes contradicts.
   bool several_processes = false;
-  // dist.strategy: auto picks, among the entries for the job's process count (one, or several), the highest (0: never).
+  // dist.strategy: auto joins as, among the entries for the job's process count (one, or several), the highest (0:
+  // never); for several, app/ then moves to zero2 or fsdp by memory once the model is built (plan/strategy.h).
   int auto_preference = 0;
   std::function<void(config::Schema&)> add_keys;  // its own keys (may be none)
   std::function<std::shared_ptr<Strategy>(const StrategyRequest&)> make;

@@ -39,6 +39,8 @@ class Zero : public Strategy {
  public:
   // Joins the job as Ddp does (the same errors). stage 1 or 2 (3: the base of Fsdp, dist/fsdp.h).
   Zero(const ProcessInfo& info, DdpOptions options, int stage);
+  // On a job whose processes met already (dist.strategy: auto decides once the model is built): its process group.
+  Zero(std::shared_ptr<Ddp> joined, int stage);
   ~Zero() override;
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
@@ -79,7 +81,7 @@ class Zero : public Strategy {
   std::vector<Flat> flats_of(const std::vector<at::Tensor>& params, const std::vector<std::size_t>& indices) const;
 
   int stage_;
-  std::unique_ptr<Ddp> ddp_;
+  std::shared_ptr<Ddp> ddp_;
   std::vector<Flat> flats_;         // from shard(): what finish_update() broadcasts
   std::vector<int> owners_;         // from shard(): per parameter, for stage 2's reduce to the owner
   std::vector<int> same_as_;        // from shard(): per parameter, the first index of the same tensor (tied), or -1
@@ -93,10 +95,12 @@ class Zero : public Strategy {
 class Zero1 final : public Zero {
  public:
   Zero1(const ProcessInfo& info, DdpOptions options) : Zero(info, std::move(options), 1) {}
+  explicit Zero1(std::shared_ptr<Ddp> joined) : Zero(std::move(joined), 1) {}
 };
 class Zero2 final : public Zero {
  public:
   Zero2(const ProcessInfo& info, DdpOptions options) : Zero(info, std::move(options), 2) {}
+  explicit Zero2(std::shared_ptr<Ddp> joined) : Zero(std::move(joined), 2) {}
 };
 
 // The owners ZeRO-1 gives `numels` (whole tensors, in order, each to the rank with the fewest elements so far,

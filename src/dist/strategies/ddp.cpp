@@ -31,6 +31,10 @@ DdpOptions read_ddp_options(const StrategyRequest& r) {
   return o;
 }
 
+std::shared_ptr<Ddp> joined_or_join(const StrategyRequest& r) {
+  return r.joined ? r.joined : std::make_shared<Ddp>(r.process, read_ddp_options(r));
+}
+
 namespace {
 
 StrategyEntry ddp_strategy() {
@@ -40,7 +44,7 @@ StrategyEntry ddp_strategy() {
   e.several_processes = true;
   e.auto_preference = 1;
   e.add_keys = [](config::Schema& s) { ddp_binding().declare(s); };
-  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Ddp>(r.process, read_ddp_options(r)); };
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return joined_or_join(r); };
   return e;
 }
 

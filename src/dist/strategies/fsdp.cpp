@@ -17,7 +17,7 @@ StrategyEntry fsdp_strategy() {
   e.help = "parameters, gradients and optimizer state sharded over the processes (ZeRO stage 3, FSDP): each rank keeps about "
            "1/world of the blocks' weights and gathers a block's whole weights while it runs";
   e.several_processes = true;
-  e.auto_preference = 0;  // auto picks ddp; fsdp is asked for
+  e.auto_preference = 0;  // auto joins as ddp, then takes fsdp where zero2 does not fit either (plan/strategy.h)
   e.add_keys = [](config::Schema& s) {
     s.add("dist.fsdp_units", config::Type::kStringList,
           "fsdp: the model's blocks gathered one at a time, as glob patterns over the block names that checkpointing takes "
@@ -25,7 +25,7 @@ StrategyEntry fsdp_strategy() {
         .default_value(YAML::Node(YAML::NodeType::Sequence));
   };
   e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> {
-    return std::make_shared<Fsdp>(r.process, read_ddp_options(r), config::get_string_list(r.config, "dist.fsdp_units"));
+    return std::make_shared<Fsdp>(joined_or_join(r), config::get_string_list(r.config, "dist.fsdp_units"));
   };
   return e;
 }

@@ -12,9 +12,9 @@ StrategyEntry zero1_strategy() {
   e.name = "zero1";
   e.help = "data parallel with the optimizer state sharded over the processes (ZeRO stage 1): each rank keeps and updates 1/world of it";
   e.several_processes = true;
-  e.auto_preference = 0;  // auto picks ddp; zero1 is asked for
+  e.auto_preference = 0;  // asked for: auto takes zero2 (less memory, no more traffic) where ddp does not fit
   e.add_keys = [](config::Schema&) {};
-  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero1>(r.process, read_ddp_options(r)); };
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero1>(joined_or_join(r)); };
   return e;
 }
 

@@ -14,9 +14,9 @@ StrategyEntry zero2_strategy() {
   e.help = "data parallel with the optimizer state and the gradients sharded over the processes (ZeRO stage 2): each rank "
            "keeps 1/world of both, gradients reduced to their owner";
   e.several_processes = true;
-  e.auto_preference = 0;  // auto picks ddp; zero2 is asked for
+  e.auto_preference = 0;  // auto joins as ddp, then takes zero2 where ddp does not fit (plan/strategy.h)
   e.add_keys = [](config::Schema&) {};
-  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero2>(r.process, read_ddp_options(r)); };
+  e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero2>(joined_or_join(r)); };
   return e;
 }
 

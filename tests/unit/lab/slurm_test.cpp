@@ -1,6 +1,8 @@
 // The sbatch script of `bellows slurm`: resources, the srun line, pre-emption handling, and bad options.
 #include "bellows/lab/slurm.h"
 
+#include "bellows/app/run.h"  // bellows::app, the composition root
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

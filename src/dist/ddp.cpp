@@ -318,6 +318,14 @@ Ddp::~Ddp() {
   }
 }
 
+std::int64_t Ddp::gradient_buffer_bytes() const {
+  std::int64_t bytes = 0;
+  for (const Impl::Bucket& b : impl_->buckets) {
+    if (b.flat.defined()) bytes += static_cast<std::int64_t>(b.flat.nbytes());
+  }
+  return bytes;
+}
+
 int Ddp::rank() const { return impl_->info.rank; }
 int Ddp::world_size() const { return impl_->info.world_size; }
 int Ddp::local_rank() const { return impl_->info.local_rank; }

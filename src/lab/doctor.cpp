@@ -373,6 +373,15 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
         per_sample_mb = (it->second.mem_peak_mb - base.mem_peak_mb) / static_cast<double>(it->second.batch_size - base.batch_size);
       }
       if (per_sample_mb > 0) f.evidence.push_back(fmt::format("each sample of a step adds {:.3g} MB of tensor memory (the 2x batch trial's peak)", per_sample_mb));
+      if (const auto& h = base.held_mb; h[0] >= 0 && base.mem_peak_mb > 0) {
+        // Per rank: what every rank of a data-parallel job holds alike under ddp (zero1, zero2 and fsdp shard it).
+        const double between = h[0] + h[1] + h[2] + h[3];
+        f.evidence.push_back(fmt::format("tensor memory per rank by category, between steps: weights {:.3g} MB, gradient buffers {:.3g} MB, "
+                                         "optimizer state {:.3g} MB, EMA {:.3g} MB; the rest of the {:.3g} MB peak ({:.3g} MB) is the step's "
+                                         "activations, gradients and temporaries (the bytes per rank under ddp, zero1, zero2 and fsdp: the plan "
+                                         "row of dist.strategy: auto, docs/distributed.md)",
+                                         h[0], h[1], h[2], h[3], base.mem_peak_mb, std::max(0.0, base.mem_peak_mb - between)));
+      }
       if (!memory_close) {
         f.summary = fmt::format("{} uses {} of {}: headroom {:.0f} MB", what, pct(used_mb / budget_mb), budget_what, budget_mb - used_mb);
         if (per_sample_mb > 0) {
@@ -475,7 +484,8 @@ nlohmann::json DoctorReport::to_json() const {
                            {"threads", t.threads}, {"workers", t.workers}, {"prefetch", t.prefetch}, {"first_step_ms", t.first_step_ms},
                            {"step_ms", t.step_ms}, {"step_spread", t.step_spread}, {"samples_per_s", t.samples_per_s}, {"phase_ms", phases},
                            {"mem_peak_mb", t.mem_peak_mb}, {"rss_peak_mb", t.rss_peak_mb}, {"mfu", t.mfu}, {"gflops", t.gflops},
-                           {"skipped_steps", t.skipped_steps}, {"fetch_ms_per_batch", t.fetch_ms_per_batch}, {"losses", losses}});
+                           {"skipped_steps", t.skipped_steps}, {"fetch_ms_per_batch", t.fetch_ms_per_batch}, {"losses", losses},
+                           {"held_mb", {{"weights", t.held_mb[0]}, {"gradients", t.held_mb[1]}, {"optimizer", t.held_mb[2]}, {"ema", t.held_mb[3]}}}});
   }
   j["findings"] = nlohmann::json::array();
   for (const auto& f : findings) {

@@ -100,6 +100,8 @@ void summarise(Trial& t, const std::vector<obs::StepRecord>& records) {
   t.samples_per_s = quantile(sps, 0.5);
   t.mfu = mfu.empty() ? -1 : quantile(mfu, 0.5);
   t.gflops = gflops.empty() ? -1 : quantile(gflops, 0.5);
+  const char* held[] = {"mem_weights_mb", "mem_grads_mb", "mem_optim_mb", "mem_ema_mb"};
+  for (std::size_t k = 0; k < t.held_mb.size(); ++k) t.held_mb[k] = value_of(records.back(), held[k]);
   for (const auto& r : records) {
     t.losses.emplace_back(r.step, value_of(r, "loss", NAN));
     t.mem_peak_mb = std::max(t.mem_peak_mb, value_of(r, "mem_peak_mb"));

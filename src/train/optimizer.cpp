@@ -237,6 +237,18 @@ void Optimizer::count_updates(std::size_t g, const std::vector<std::size_t>& act
   }
 }
 
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto* kind : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) {
+    for (const auto& group : *kind) {
+      for (const at::Tensor& t : group) {
+        if (t.defined()) bytes += static_cast<std::int64_t>(t.nbytes());
+      }
+    }
+  }
+  return bytes;
+}
+
 std::vector<at::Tensor> Optimizer::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());

@@ -163,8 +163,8 @@ std::string Recorder::record(const Position& at) {
   std::vector<at::Tensor> parts{w.loss_sum};
   for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
   if (w.units_on_device.defined()) parts.push_back(w.units_on_device);  // read with the rest: no extra sync
-  // Memory now, before the sums, so that every rank's travels with them: three numbers per rank (tensor memory now and
-  // at its peak, resident memory), each rank's at its place and zeros elsewhere.
+  // Memory now, before the sums, so that every rank's travels with them: seven numbers per rank (tensor memory now and
+  // at its peak, resident memory, and what it holds by category), each rank's at its place and zeros elsewhere.
   const obs::MemoryStats mem = obs::memory_stats(options_.device);
   std::int64_t mem_peak = mem.peak_bytes;  // since the clock's last lap; the window's is the largest of its phases'
   std::array<std::int64_t, obs::kPhases> phase_peaks{};
@@ -175,6 +175,9 @@ std::string Recorder::record(const Position& at) {
     obs::reset_peak(options_.device);
   }
   const obs::ProcessMemory proc = obs::process_memory();
+  const Categories held = mem.tracked && categories_ ? categories_() : Categories{-1, -1, -1, -1};
+  static constexpr std::array<const char*, 4> kCategory = {"weights", "grads", "optim", "ema"};
+  constexpr std::size_t kPerRank = 3 + kCategory.size();
   const int world = strategy.world_size();
   const std::size_t per_rank_at = parts.size();
   if (world > 1) {
@@ -184,6 +187,7 @@ std::string Recorder::record(const Position& at) {
       parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem.current_bytes) : 0.0, f64));
       parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem_peak) : 0.0, f64));
       parts.push_back(at::full({}, mine && proc.rss_bytes >= 0 ? static_cast<double>(proc.rss_bytes) : 0.0, f64));
+      for (const std::int64_t bytes : held) parts.push_back(at::full({}, mine ? static_cast<double>(bytes) : 0.0, f64));
     }
   }
   const std::vector<double> sum = sums_over_ranks(strategy, parts);
@@ -215,6 +219,9 @@ std::string Recorder::record(const Position& at) {
     }
     r.values.emplace_back("mem_mb", static_cast<double>(mem.current_bytes) / 1e6);
     r.values.emplace_back("mem_peak_mb", static_cast<double>(mem_peak) / 1e6);
+    for (std::size_t k = 0; k < kCategory.size(); ++k) {
+      if (held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb", kCategory[k]), static_cast<double>(held[k]) / 1e6);
+    }
     if (mem.reserved_bytes >= 0) r.values.emplace_back("mem_reserved_mb", static_cast<double>(mem.reserved_bytes) / 1e6);
   }
   if (proc.rss_bytes >= 0) {
@@ -222,10 +229,13 @@ std::string Recorder::record(const Position& at) {
     r.values.emplace_back("rss_peak_mb", static_cast<double>(proc.peak_rss_bytes) / 1e6);
   }
   for (int rank = 1; rank < world; ++rank) {
-    const std::size_t at_rank = per_rank_at + 3 * static_cast<std::size_t>(rank);
+    const std::size_t at_rank = per_rank_at + kPerRank * static_cast<std::size_t>(rank);
     if (mem.tracked) {
       r.values.emplace_back(fmt::format("mem_mb_rank{}", rank), sum[at_rank] / 1e6);
       r.values.emplace_back(fmt::format("mem_peak_mb_rank{}", rank), sum[at_rank + 1] / 1e6);
+      for (std::size_t k = 0; k < kCategory.size(); ++k) {
+        if (held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb_rank{}", kCategory[k], rank), sum[at_rank + 3 + k] / 1e6);
+      }
     }
     if (proc.rss_bytes >= 0) r.values.emplace_back(fmt::format("rss_mb_rank{}", rank), sum[at_rank + 2] / 1e6);
   }

@@ -128,6 +128,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
     ema_ = std::make_unique<Ema>(averaged, *options_.ema);
   }
   recorder_ = std::make_unique<Recorder>(options_, *precision_);
+  recorder_->set_memory_categories([this] { return held_by_category(); });
   keeper_ = std::make_unique<CheckpointKeeper>(options_.checkpoint, *options_.strategy, task_->monitor(), task_->lower_is_better(),
                                                [this](const std::string& text) { message(text); });
   if (options_.sessions) {
@@ -141,6 +142,25 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
 }
 
 Trainer::~Trainer() = default;
+
+std::array<std::int64_t, 4> Trainer::held_by_category() const {
+  std::unordered_set<const void*> seen;
+  const auto held = [&](const at::Tensor& t) -> std::int64_t {
+    if (!t.defined() || !t.has_storage() || !seen.insert(t.storage().unsafeGetStorageImpl()).second) return 0;
+    return static_cast<std::int64_t>(t.storage().nbytes());
+  };
+  std::array<std::int64_t, 4> bytes{};
+  for (const auto& t : model_->parameters()) bytes[0] += held(t);
+  for (const auto& t : model_->buffers()) bytes[0] += held(t);
+  for (const auto& p : params_) bytes[1] += held(p.grad());
+  // The buckets a data-parallel strategy keeps between steps (the gradients, cleared after each step, are their views).
+  bytes[1] += options_.strategy->gradient_buffer_bytes();
+  bytes[2] = optimizer_->state_bytes();
+  if (ema_) {
+    for (const auto& [name, t] : ema_->averaged()) bytes[3] += held(t);
+  }
+  return bytes;
+}
 
 void Trainer::configure_units() {
   dist::Strategy& s = *options_.strategy;

@@ -506,6 +506,50 @@ TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
   EXPECT_THAT(strategy_row("tighter").second, HasSubstr("; 4 units ("));
   EXPECT_EQ(losses("tighter"), losses("fsdp"));
   EXPECT_EQ(losses("tighter"), losses("roomy"));  // 2 ranks: every strategy's arithmetic is ddp's
+  // Every rank's memory by category in the records: fsdp holds half the optimizer state, about half the weights and
+  // EMA (the blocks' share; the input projection and head stay whole) and its own gradient buckets; ddp every bucket.
+  const nlohmann::json ddp_record = dist_records(dir / "roomy", "train").back(), fsdp_record = dist_records(dir / "fsdp", "train").back();
+  for (const std::string rank : {"", "_rank1"}) {
+    const auto mb = [&](const nlohmann::json& r, const std::string& category) { return r.value("mem_" + category + "_mb" + rank, -1.0); };
+    EXPECT_NEAR(mb(ddp_record, "optim"), 2 * mb(ddp_record, "weights"), 0.01 * mb(ddp_record, "weights")) << rank;  // AdamW's moments
+    EXPECT_NEAR(mb(ddp_record, "grads"), mb(ddp_record, "weights"), 0.01 * mb(ddp_record, "weights")) << rank;      // the buckets
+    EXPECT_NEAR(mb(fsdp_record, "optim"), mb(ddp_record, "optim") / 2, 0.01 * mb(ddp_record, "optim")) << rank;
+    EXPECT_LT(mb(fsdp_record, "weights"), 0.55 * mb(ddp_record, "weights")) << rank;
+    EXPECT_LT(mb(fsdp_record, "ema"), 0.55 * mb(ddp_record, "ema")) << rank;
+    EXPECT_LT(mb(fsdp_record, "grads"), 0.55 * mb(ddp_record, "grads")) << rank;
+    EXPECT_GT(mb(fsdp_record, "grads"), 0.45 * mb(ddp_record, "grads")) << rank;
+  }
+}
+
+// A user's TorchScript module (model.name: torchscript; tests/e2e/make_scripted_models.py's MLP) under zero1 and
+// zero2 on 2 ranks trains as one process with twice the batch over 30 steps (accumulation, clipping, EMA; 1e-5
+// relative) and bitwise as ddp; dist.strategy: auto says why fsdp is no option for it (no named blocks).
+TEST(DistCli, AScriptedModuleUnderZero1AndZero2TrainsAsOneProcess) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_scripted");
+  const fs::path csv = dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 97) % 20000);
+  const char* python = std::getenv("BELLOWS_PYTHON");
+  const std::string make = fmt::format("'{}' '{}/e2e/make_scripted_models.py' '{}' >'{}' 2>&1", python ? python : "python3",
+                                       BELLOWS_TEST_SOURCE_DIR, (dir / "m").string(), (dir / "make.log").string());
+  ASSERT_EQ(std::system(make.c_str()), 0) << bellows::testing::slurp(dir / "make.log");
+  std::ofstream(dir / "scripted.yaml") << "model:\n  name: torchscript\n  path: " << (dir / "m" / "good.pt").string() << "\n";
+  const std::string args = fmt::format("train {} output_dir={} data.source=csv data.path={} data.csv.targets=[y] data.val_fraction=0.25 "
+                                       "precision=fp32 train.epochs=100 train.max_steps=30 train.log_every_n_steps=5 "
+                                       "train.eval_every_n_steps=0 checkpoint.at_end=true threads=1 data.workers=0 "
+                                       "train.accumulation_steps=2 train.clip_max_norm=0.5 ema.enabled=true data.shuffle=true "
+                                       "data.drop_last=true",
+                                       (dir / "scripted.yaml").string(), dir.string(), csv.string());
+  const CliResult one = run_cli(args + " name=one data.batch_size=16");
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const auto expected = dist_final_weights(dir / "one");
+  for (const std::string strategy : {"ddp", "zero1", "zero2", "auto"}) {
+    const CliResult two = run_cli(fmt::format("launch -n 2 --master-port {} -- ", port) + args + " name=" + strategy +
+                                  " data.batch_size=8 dist.strategy=" + strategy);
+    ASSERT_EQ(two.code, 0) << strategy << "\n" << two.out << two.err;
+    EXPECT_LE(dist_max_relative_difference(dist_final_weights(dir / strategy), expected), 1e-5) << strategy;
+    EXPECT_EQ(dist_max_relative_difference(dist_final_weights(dir / strategy), dist_final_weights(dir / "ddp")), 0.0) << strategy;
+    if (strategy == "auto") EXPECT_THAT(two.out, HasSubstr("fsdp unfit (the model has no named blocks to gather one at a time)"));
+  }
 }
 
 // Rank 1 is killed with SIGKILL once rank 0 has logged a step; rank 0 must stop by itself with a resource error, well

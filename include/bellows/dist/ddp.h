@@ -60,6 +60,7 @@ class Ddp final : public Strategy {
   void barrier() override;
   std::vector<bool> agree(std::vector<bool> flags) override;
   std::vector<std::pair<std::string, double>> metrics() override;
+  std::int64_t gradient_buffer_bytes() const override;
 
   // ZeRO-2 (dist/zero.h): owners[i] is the rank that keeps the gradient of setup()'s params[i]. Buckets then hold
   // one owner's parameters each (an open bucket per owner, dtype and device, filled last parameter first) and are

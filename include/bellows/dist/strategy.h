@@ -58,6 +58,8 @@ class Strategy {
   // bucket's launch to the last one's completion, and comm_wait_ms, the part of it the step waited for after
   // backward). Empty for one process.
   virtual std::vector<std::pair<std::string, double>> metrics() { return {}; }
+  // Bytes of gradient buffers the strategy holds now (Ddp's buckets, which the gradients are views of); 0 for none.
+  virtual std::int64_t gradient_buffer_bytes() const { return 0; }
 
   // Sharded optimizer state (zero1: dist/zero.h). shard(params): which of the trainable parameters (in the
   // trainer's order, the same on every rank) this rank's optimizer updates; every one of them everywhere, except

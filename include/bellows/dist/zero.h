@@ -60,6 +60,7 @@ class Zero : public Strategy {
   void barrier() override { ddp_->barrier(); }
   std::vector<bool> agree(std::vector<bool> flags) override { return ddp_->agree(std::move(flags)); }
   std::vector<std::pair<std::string, double>> metrics() override { return ddp_->metrics(); }
+  std::int64_t gradient_buffer_bytes() const override { return ddp_->gradient_buffer_bytes(); }
 
   bool shards_optimizer() const override { return true; }
   bool shards_gradients() const override { return stage_ >= 2; }

@@ -36,6 +36,9 @@ struct Trial {
   std::array<double, 6> phase_ms{};    // mean per steady step: data, copy, forward, backward, optimizer, other
   double mem_peak_mb = -1;             // tensor memory, largest window peak; -1 not counted
   double rss_peak_mb = -1;             // process resident memory, peak
+  // Tensor memory held by category at the last record (between steps): weights, gradients (buffers), optimizer
+  // state, EMA; -1 not counted.
+  std::array<double, 4> held_mb{-1, -1, -1, -1};
   double mfu = -1, gflops = -1;        // medians; -1 not measured
   std::int64_t skipped_steps = 0;
   double loss_scale = 0;               // last (fp16-mixed)

@@ -95,6 +95,7 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   std::vector<at::Tensor> parameters() const;  // trainable parameters, in group order
+  std::int64_t state_bytes() const;             // the state tensors held now (moments, momentum buffers, step counts)
 
   // Keys (parameter names as given to the constructor):
   //   "lr", "steps"                        scalars

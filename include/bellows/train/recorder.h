@@ -5,7 +5,9 @@
 // synchronisation per record. The Trainer owns one and calls it at the points of its loop.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +36,10 @@ class Recorder {
   void set_header(std::vector<std::pair<std::string, std::string>> header) { header_ = std::move(header); }
   void set_run_info(std::string name, std::string dir) { run_name_ = std::move(name); run_dir_ = std::move(dir); }
   void message(const std::string& text);  // a warning or notice to every sink
+  // Tensor memory this rank holds by category (weights, gradients, optimizer state, EMA), read at each record into
+  // mem_weights_mb, mem_grads_mb, mem_optim_mb, mem_ema_mb (every rank's with several: ..._rank<r>).
+  using Categories = std::array<std::int64_t, 4>;
+  void set_memory_categories(std::function<Categories()> held) { categories_ = std::move(held); }
 
   // A fit starts at optimizer step `step` and plans to end at `planned`: the sinks hear of it; the clock, the
   // profiler and the FLOP counter start anew. `param_names`: the optimizer's parameters' names, in its order (the
@@ -78,6 +84,7 @@ class Recorder {
   std::vector<std::pair<std::string, std::string>> header_;
   std::string run_name_ = "run", run_dir_;
   std::unique_ptr<Window> window_;
+  std::function<Categories()> categories_;
   std::unique_ptr<obs::PhaseClock> clock_;
   std::unique_ptr<obs::StepProfiler> profiler_;
   obs::FlopCounter flop_counter_;

@@ -105,6 +105,9 @@ class Trainer {
 
   // dist.strategy fsdp: the model's blocks that the strategy gathers when used (dist.fsdp_units), and its hooks on them.
   void configure_units();
+  // Tensor memory held now: weights (parameters and buffers), gradients, optimizer state, EMA (the recorder's
+  // categories). Each storage once: ddp's gradients are views of their buckets, a released fsdp weight holds nothing.
+  std::array<std::int64_t, 4> held_by_category() const;
   std::vector<std::size_t> in_units_;  // fsdp: the trainable parameters (indices into params_) inside its units
 
   std::shared_ptr<torch::nn::Module> model_;

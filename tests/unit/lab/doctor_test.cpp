@@ -100,6 +100,17 @@ TEST(Doctor, AnInMemoryComputeLoopIsNotInputBoundAndPrecisionAdviceIsMeasured) {
     EXPECT_EQ(trial, nullptr);
     EXPECT_TRUE(precision->advice.empty());
   }
+  // Memory per rank by category, between steps: the weights, no gradient buffers (one process clears its gradients
+  // after each step), AdamW's two moments (and a step count per tensor), no EMA; in the memory finding's evidence.
+  EXPECT_GT(base->held_mb[0], 0.0);
+  EXPECT_EQ(base->held_mb[1], 0.0);
+  EXPECT_NEAR(base->held_mb[2], 2 * base->held_mb[0], 0.01 * base->held_mb[0]);
+  EXPECT_EQ(base->held_mb[3], 0.0);
+  const DoctorFinding* memory = r.find("memory");
+  ASSERT_NE(memory, nullptr);
+  bool categories = false;
+  for (const auto& line : memory->evidence) categories |= line.rfind("tensor memory per rank by category, between steps: weights ", 0) == 0;
+  EXPECT_TRUE(categories) << r.to_text();
   // The batch experiment: the finding's gain is the two trials' samples/s ratio.
   const DoctorFinding* overhead = r.find("overhead");
   ASSERT_NE(overhead, nullptr);

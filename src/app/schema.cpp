@@ -62,8 +62,8 @@ config::Schema run_schema(const std::string& model_name) {
   // dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
   std::vector<std::string> strategies = {"auto"};
   for (const auto& name : dist::strategy_names()) strategies.push_back(name);
-  s.add("dist.strategy", Type::kString, "how replicas meet: auto (one process: single; several started by a launcher: ddp), or a "
-        "registered strategy").choices(strategies).default_value(node("auto"));
+  s.add("dist.strategy", Type::kString, "how replicas meet: auto (one process: single; several started by a launcher: ddp where each "
+        "rank's memory allows, else zero2, else fsdp), or a registered strategy").choices(strategies).default_value(node("auto"));
   for (const auto& entry : dist::strategy_entries()) {
     if (entry.add_keys) entry.add_keys(s);
   }

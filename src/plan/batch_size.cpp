@@ -17,15 +17,8 @@ MicroBatchChoice plan_micro_batch(const MicroBatchRequest& r, const hw::Hardware
   auto budget = static_cast<std::int64_t>(r.memory_budget_gib * double(1LL << 30));
   std::string budget_what = fmt::format("memory_budget_gib {}", r.memory_budget_gib);
   if (budget == 0) {
-    if (p.device.is_cuda()) {
-      for (const auto& g : hw.cuda.gpus) {
-        if (g.index == (p.device.has_index() ? p.device.index() : 0)) budget = g.free_memory_bytes * 9 / 10;
-      }
-      budget_what = "90% of the GPU's free memory";
-    } else {
-      budget = hw.memory.available_bytes * 8 / 10;
-      budget_what = "80% of the available memory";
-    }
+    budget = p.device.is_cuda() ? device_free_bytes(hw, p) * 9 / 10 : device_free_bytes(hw, p) * 8 / 10;
+    budget_what = p.device.is_cuda() ? "90% of the GPU's free memory" : "80% of the available memory";
   }
   if (r.limit_bytes > 0 && r.limit_bytes < budget) {
     budget = r.limit_bytes;

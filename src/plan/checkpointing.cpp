@@ -18,15 +18,8 @@ PlanEntry plan_checkpointing(const CheckpointingRequest& r, const hw::HardwareIn
   auto budget = static_cast<std::int64_t>(r.memory_budget_gib * double(1LL << 30));
   std::string budget_what = "the memory budget";
   if (budget == 0) {
-    if (p.device.is_cuda()) {
-      for (const auto& g : hw.cuda.gpus) {
-        if (g.index == (p.device.has_index() ? p.device.index() : 0)) budget = g.free_memory_bytes;
-      }
-      budget_what = "free GPU memory";
-    } else {
-      budget = hw.memory.available_bytes;
-      budget_what = "available memory";
-    }
+    budget = device_free_bytes(hw, p);
+    budget_what = p.device.is_cuda() ? "free GPU memory" : "available memory";
   }
   const auto plain = probe.measure_step();
   if (!plain) return {"checkpointing", "off", "auto: memory on this device is not counted"};

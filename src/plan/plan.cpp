@@ -243,6 +243,14 @@ void Plan::revise(const std::vector<PlanEntry>& rows) {
   for (const auto& row : rows) revise(row);
 }
 
+std::int64_t device_free_bytes(const hw::HardwareInfo& hw, const Plan& p) {
+  if (!p.device.is_cuda()) return hw.memory.available_bytes;
+  for (const auto& g : hw.cuda.gpus) {
+    if (g.index == (p.device.has_index() ? p.device.index() : 0)) return g.free_memory_bytes;
+  }
+  return 0;
+}
+
 void apply(const Plan& plan) {
   // Before anything can create a cuBLAS handle (the environment is read then, and by ATen's determinism check).
   if (!plan.cublas_workspace_config.empty()) ::setenv("CUBLAS_WORKSPACE_CONFIG", plan.cublas_workspace_config.c_str(), /*overwrite=*/1);

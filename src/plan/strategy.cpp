@@ -56,13 +56,10 @@ StrategyChoice plan_strategy(const StrategyRequest& r, const hw::HardwareInfo& h
   std::int64_t budget = static_cast<std::int64_t>(r.memory_budget_gib * double(1LL << 30));
   std::string budget_what = fmt::format("memory_budget_gib {}", r.memory_budget_gib);
   if (budget == 0) {
-    if (p.device.is_cuda()) {
-      for (const auto& g : hw.cuda.gpus) {
-        if (g.index == (p.device.has_index() ? p.device.index() : 0)) budget = g.free_memory_bytes;
-      }
-      budget_what = "the GPU's free memory";
-    } else {
-      budget = hw.memory.available_bytes / std::max(1, r.local_world_size);
+    budget = device_free_bytes(hw, p);
+    budget_what = "the GPU's free memory";
+    if (!p.device.is_cuda()) {  // the host's memory, shared by the node's processes
+      budget /= std::max(1, r.local_world_size);
       budget_what = r.local_world_size > 1 ? fmt::format("the available memory / {} processes on this node", r.local_world_size)
                                            : "the available memory";
     }

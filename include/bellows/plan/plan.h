@@ -65,6 +65,10 @@ Plan resolve(const PlanRequest& request, const hw::HardwareInfo& hw);
 // (cpu_allocator: retain).
 void apply(const Plan& plan);
 
+// The free memory of the plan's device when the hardware was detected: its GPU's, or on the CPU the host's available
+// memory (the memory decisions' budget where memory_budget_gib is 0).
+std::int64_t device_free_bytes(const hw::HardwareInfo& hw, const Plan& plan);
+
 // Planned workers revisited once the data is known, from the measured cost of fetching one batch in the
 // training thread: on a CPU run whose compute threads take every usable core, a loader thread competes with
 // them (on 2 cores: ~120 context switches per W5 step, 40% of its time, measured), so batches that take less

@@ -38,11 +38,13 @@ using train::Trainer;
 
 namespace {
 
-// The first `samples` samples of the training data, as one batch.
-data::Batch first_samples(const data::Dataset& train, std::int64_t samples) {
+// `samples` samples of the training data as one batch: the first ones, or with `spread` the ones at equal strides over
+// the whole data from `start` on (as a shuffled batch mixes them: samples of varying size are padded to the largest).
+data::Batch first_samples(const data::Dataset& train, std::int64_t samples, bool spread = false, std::int64_t start = 0) {
   samples = std::min(samples, train.size());
+  const std::int64_t stride = spread ? train.size() / samples : 1;
   std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
-  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = i;
+  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = spread ? (start + i * stride) % train.size() : i;
   data::FetchContext context;
   data::Batch batch = train.get_batch(first, context);
   train.finish_on_device(batch);
@@ -162,11 +164,16 @@ std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const 
     const std::int64_t loaded = std::min(loaded_batch_size(c, r.world_size), train.size());
     r.activation_samples = config::is_word(c, "data.batch_size", "auto") ? 1 : (loaded + trainer.micro_split() - 1) / trainer.micro_split();
     r.activation_basis = config::is_word(c, "data.batch_size", "auto")
-                             ? "one sample (data.batch_size: auto fits the micro-batch afterwards)"
-                             : fmt::format("the micro-batch of {} samples", r.activation_samples);
+                             ? "single samples (the largest of 4; data.batch_size: auto fits the micro-batch afterwards)"
+                             : fmt::format("micro-batches of {} samples (the largest of 4, each spread over the data)", r.activation_samples);
+    // Four micro-batches, each of samples at equal strides over the data (as a shuffled batch mixes them), the largest
+    // peak: samples of varying size (text padded per batch) make the first samples a poor guess of the run's batches.
     try {
-      const std::optional<std::int64_t> peak = trainer.measure_step_memory(first_samples(train, r.activation_samples));
-      r.step_peak_bytes = peak ? *peak : -2;
+      for (std::int64_t k = 0; k < 4 && r.step_peak_bytes != -2; ++k) {
+        const std::int64_t offset = k * std::max<std::int64_t>(1, train.size() / r.activation_samples / 4);
+        const std::optional<std::int64_t> peak = trainer.measure_step_memory(first_samples(train, r.activation_samples, true, offset));
+        r.step_peak_bytes = peak ? std::max(r.step_peak_bytes, *peak) : -2;
+      }
     } catch (...) {
       if (!report_current_exception().out_of_memory) throw;
       obs::release_cached_memory(p.device);

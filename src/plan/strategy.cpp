@@ -29,9 +29,12 @@ std::vector<RankMemory> rank_memory(const StrategyRequest& r) {
                                   : std::string();
   // zero1 and zero2 broadcast each owner's updated weights in one flat buffer: the largest, about 1/w of them.
   const std::int64_t update_buffer = r.trainable_bytes / w;
+  // ddp and zero1 keep every bucket between steps, and backward allocates each gradient afresh before it is copied into
+  // its bucket: twice the trainable bytes at the end of backward.
+  const std::int64_t bucketed = 2 * r.trainable_bytes;
   std::vector<RankMemory> out;
-  out.push_back({"ddp", r.weight_bytes, r.trainable_bytes, state, r.ema ? r.weight_bytes : 0, activations, ""});
-  out.push_back({"zero1", r.weight_bytes + update_buffer, r.trainable_bytes, state / w, r.ema ? r.weight_bytes : 0, activations, too_few});
+  out.push_back({"ddp", r.weight_bytes, bucketed, state, r.ema ? r.weight_bytes : 0, activations, ""});
+  out.push_back({"zero1", r.weight_bytes + update_buffer, bucketed, state / w, r.ema ? r.weight_bytes : 0, activations, too_few});
   out.push_back({"zero2", r.weight_bytes + update_buffer, sharded_gradients, state / w, r.ema ? r.weight_bytes : 0, activations, too_few});
   const std::int64_t held = r.weight_bytes - r.unit_bytes + r.unit_bytes / w;  // between steps
   // While a unit runs: its weights, the flat buffer they were gathered in, and the next unit's buffer (prefetched);

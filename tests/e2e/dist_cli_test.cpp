@@ -489,7 +489,8 @@ TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
   const auto [roomy, why] = strategy_row("roomy");
   EXPECT_EQ(roomy, "ddp");
   EXPECT_THAT(why, HasSubstr("auto: ddp fits 80% of the available memory / 2 processes on this node"));
-  EXPECT_THAT(why, HasSubstr("per rank at 2 ranks, activations measured on the micro-batch of 8 samples; ddp "));
+  EXPECT_THAT(why, HasSubstr("per rank at 2 ranks, activations measured on micro-batches of 8 samples (the largest of 4, each spread over "
+                              "the data); ddp "));
   const double ddp = megabytes(why, "ddp"), zero2 = megabytes(why, "zero2"), fsdp = megabytes(why, "fsdp");
   EXPECT_GT(megabytes(why, "zero1"), zero2);
   ASSERT_GT(ddp, zero2 * 1.1) << why;  // the optimizer state and gradients halved

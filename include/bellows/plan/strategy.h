@@ -9,8 +9,9 @@
 //               updated weights are broadcast (1/w of the trainable ones). fsdp: what lies outside the units whole, the
 //               units' trainable weights / w, plus three units' worth while one runs (its weights, the buffer they
 //               were gathered in, the next unit's prefetched buffer) and the broadcast of the rest's update.
-//   gradients   ddp, zero1: every trainable parameter's. zero2, fsdp: the rank's share (/ w) plus the buckets in
-//               flight (two of dist.bucket_mb), at most every gradient.
+//   gradients   ddp, zero1: twice the trainable bytes (the buckets, kept between steps, and the gradients backward
+//               allocates before they are copied into them). zero2, fsdp: the rank's share (/ w) plus the buckets
+//               in flight (two of dist.bucket_mb), at most every gradient.
 //   optimizer   state tensors per trainable parameter (AdamW 2, SGD with momentum 1) x the trainable bytes; / w for
 //               zero1, zero2 and fsdp.
 //   ema         a copy of the weights (ema.enabled); fsdp: of what the rank holds between steps.

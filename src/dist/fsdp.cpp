@@ -1,6 +1,8 @@
 // Sharded parameters; see fsdp.h.
 #include "bellows/dist/fsdp.h"
 
+#include <chrono>
+
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 #include <fmt/format.h>
@@ -191,7 +193,9 @@ void Fsdp::before_forward(const std::string& name) {
   launch(*u);
   const auto next = static_cast<std::size_t>(u - units_.data()) + 1;
   if (next < units_.size()) launch(units_[next]);  // prefetch: overlaps this unit's compute
+  const auto t0 = std::chrono::steady_clock::now();
   complete(*u);
+  gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Fsdp::after_forward(const std::string& name) {
@@ -206,7 +210,9 @@ void Fsdp::before_backward(const std::string& name) {
   launch(*u);
   const auto index = static_cast<std::size_t>(u - units_.data());
   if (index > 0) launch(units_[index - 1]);  // backward runs the units in reverse
+  const auto t0 = std::chrono::steady_clock::now();
   complete(*u);
+  gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   u->grads_ready = 0;
 }
 
@@ -232,12 +238,22 @@ void Fsdp::setup(torch::nn::Module& model, const std::vector<at::Tensor>& params
 
 void Fsdp::finish_gradients() {
   Zero::finish_gradients();
+  ++steps_since_;
   if (!armed_) return;
   // A unit some of whose parameters had no gradient this step was not released by its hooks.
   for (Unit& u : units_) {
     u.grads_ready = 0;
     release(u);
   }
+}
+
+std::vector<std::pair<std::string, double>> Fsdp::metrics() {
+  std::vector<std::pair<std::string, double>> m = Zero::metrics();
+  const bool host_waits = params_.empty() || !params_.front().is_cuda();  // NCCL's waits are stream-ordered
+  if (steps_since_ > 0 && host_waits) m.emplace_back("gather_wait_ms", 1000 * gather_wait_s_ / static_cast<double>(steps_since_));
+  gather_wait_s_ = 0;
+  steps_since_ = 0;
+  return m;
 }
 
 void Fsdp::gather_parameters() {

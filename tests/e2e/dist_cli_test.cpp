@@ -366,6 +366,7 @@ TEST(DistCli, FsdpTrainsAsDdpAndCheckpointsResumeAcrossStrategies) {
     EXPECT_GT(record.value("mem_peak_mb_rank1", 0.0), 0.0) << record.dump();
     EXPECT_GT(record.value("rss_mb_rank1", 0.0), 100.0) << record.dump();  // LibTorch alone is more
     EXPECT_FALSE(record.contains("mem_mb_rank2")) << record.dump();
+    EXPECT_GE(record.value("gather_wait_ms", -1.0), 0.0) << record.dump();  // the host's wait for the units' gathers
   }
   for (const std::string prefix : {"optim.", "ema."}) {
     const auto fsdp_state = dist_optimizer_state(dir / "fsdp", prefix), ddp_state = dist_optimizer_state(dir / "ddp", prefix);

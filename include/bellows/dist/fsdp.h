@@ -50,6 +50,10 @@ class Fsdp final : public Zero {
   std::vector<bool> shard(const std::vector<at::Tensor>& params) override;
   void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
   void finish_gradients() override;
+  // Zero's (comm_ms, comm_wait_ms) and gather_wait_ms: per optimizer step, the host's wait for the units' gathers in
+  // forward and backward (what the prefetch did not hide; over NCCL the wait is stream-ordered and the host does not
+  // block, so it is not measured there).
+  std::vector<std::pair<std::string, double>> metrics() override;
   bool parameters_released() const override { return armed_; }
   void gather_parameters() override;
   void release_parameters() override;
@@ -82,6 +86,8 @@ class Fsdp final : public Zero {
   std::unordered_map<std::string, std::size_t> unit_index_;
   std::vector<std::size_t> unit_of_;  // per parameter: its unit, or npos
   bool armed_ = false;  // between setup()/release_parameters() and gather_parameters(): the hooks move weights
+  double gather_wait_s_ = 0;     // in the hooks' complete() since the last metrics()
+  std::int64_t steps_since_ = 0; // finish_gradients() calls since the last metrics()
   std::shared_ptr<Hooks> hooks_;
   std::unique_ptr<GradientHooks> grad_hooks_;  // on the units' parameters: on_gradient()
 };

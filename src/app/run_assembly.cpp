@@ -187,8 +187,7 @@ std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const 
   const std::string name = text.substr(0, newline);
   plan::PlanEntry row{"strategy", name, (joined.is_main() ? "" : "rank 0's: ") + text.substr(newline + 1)};
   if (name == "ddp") return {row, nullptr};
-  dist::StrategyRequest request{c, process, p.device, ""};
-  request.joined = std::dynamic_pointer_cast<dist::Ddp>(job);
+  const dist::StrategyRequest request{c, process, p.device, "", std::dynamic_pointer_cast<dist::Ddp>(job)};
   BELLOWS_CHECK(request.joined != nullptr, fmt::format("dist.strategy: auto joined as {}, not ddp", joined.name()), "report this bug");
   return {row, dist::find_strategy(name).make(request)};
 }

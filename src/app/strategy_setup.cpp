@@ -30,7 +30,7 @@ StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& pr
   const std::string asked = config::get_string(c, "dist.strategy");
   const dist::StrategyEntry& entry = asked == "auto" ? dist::auto_strategy(process.world_size) : dist::find_strategy(asked);
   StrategySetup s;
-  s.strategy = entry.make(dist::StrategyRequest{c, process, plan.device, ckpt::sha256_hex(c.to_yaml()).substr(0, 16)});
+  s.strategy = entry.make(dist::StrategyRequest{c, process, plan.device, ckpt::sha256_hex(c.to_yaml()).substr(0, 16), nullptr});
   if (!entry.several_processes) {
     s.entry = {"strategy", entry.name, asked == "auto" ? "one process: " + process.reason : "requested"};
     return s;

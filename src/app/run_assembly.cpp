@@ -38,9 +38,9 @@ using train::Trainer;
 
 namespace {
 
-// `samples` samples of the training data as one batch: the first ones, or with `spread` the ones at equal strides over
+// `samples` samples of the training data as one batch for a probe step: the first ones, or with `spread` the ones at equal strides over
 // the whole data from `start` on (as a shuffled batch mixes them: samples of varying size are padded to the largest).
-data::Batch first_samples(const data::Dataset& train, std::int64_t samples, bool spread = false, std::int64_t start = 0) {
+data::Batch probe_batch(const data::Dataset& train, std::int64_t samples, bool spread = false, std::int64_t start = 0) {
   samples = std::min(samples, train.size());
   const std::int64_t stride = spread ? train.size() / samples : 1;
   std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
@@ -49,6 +49,14 @@ data::Batch first_samples(const data::Dataset& train, std::int64_t samples, bool
   data::Batch batch = train.get_batch(first, context);
   train.finish_on_device(batch);
   return batch;
+}
+
+// The plan's "strategy" row with a strategy's describe() `from` in its reason replaced by `to`.
+void redescribe_strategy(plan::Plan& p, const std::string& from, const std::string& to) {
+  for (plan::PlanEntry& e : p.entries) {
+    const auto at = e.key == "strategy" ? e.reason.find(from) : std::string::npos;
+    if (at != std::string::npos) e.reason.replace(at, from.size(), to);
+  }
 }
 
 // State tensors the optimizer keeps per trainable parameter: Adam's two moments, SGD's momentum (or none).
@@ -82,7 +90,7 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   std::optional<data::Batch> batch;  // the loaded batch's samples, fetched once; trials take the first b
   plan::MicroBatchProbe probe;
   probe.measure_step = [&](std::int64_t samples) {
-    if (!batch) batch = first_samples(train, request.loaded_batch);
+    if (!batch) batch = probe_batch(train, request.loaded_batch);
     return trainer.measure_step_memory(batch->slice(0, std::min(samples, batch->size)));
   };
   probe.release = [&] { obs::release_cached_memory(p.device); };
@@ -100,8 +108,8 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
 }
 
 // dist.strategy: auto on several processes -- they met as ddp; with the model built and a trainer on it, the plan
-// decides by memory (plan/strategy.h) from the model's bytes and a probe step on rank 0's first micro-batch (one
-// sample under data.batch_size: auto, whose finder later fits the micro-batch to the strategy chosen). Every rank
+// decides by memory (plan/strategy.h) from the model's bytes and probe steps on rank 0 (four micro-batches; single
+// samples under data.batch_size: auto, whose finder later fits the micro-batch to the strategy chosen). Every rank
 // takes rank 0's choice. Returns the plan row and, where zero2 or fsdp is chosen, that strategy on the same process
 // group (nullptr: ddp stays).
 std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const config::Config& c, const hw::HardwareInfo& hw,
@@ -113,13 +121,7 @@ std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const 
   plan::StrategyRequest r;
   r.world_size = joined.world_size();
   r.local_world_size = process.local_world_size;
-  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight once
-  for (const auto& t : model.parameters()) {
-    if (seen.insert(t.unsafeGetTensorImpl()).second) r.weight_bytes += t.numel() * t.element_size();
-  }
-  for (const auto& t : model.buffers()) {
-    if (seen.insert(t.unsafeGetTensorImpl()).second) r.weight_bytes += t.numel() * t.element_size();
-  }
+  r.weight_bytes = trainer.held_by_category()[0];  // under ddp every weight, each storage once (a tied weight too)
   std::unordered_set<const c10::TensorImpl*> trainable;
   for (const auto& t : trainer.trainable()) {
     if (trainable.insert(t.unsafeGetTensorImpl()).second) r.trainable_bytes += t.numel() * t.element_size();
@@ -171,7 +173,7 @@ std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const 
     try {
       for (std::int64_t k = 0; k < 4 && r.step_peak_bytes != -2; ++k) {
         const std::int64_t offset = k * std::max<std::int64_t>(1, train.size() / r.activation_samples / 4);
-        const std::optional<std::int64_t> peak = trainer.measure_step_memory(first_samples(train, r.activation_samples, true, offset));
+        const std::optional<std::int64_t> peak = trainer.measure_step_memory(probe_batch(train, r.activation_samples, true, offset));
         r.step_peak_bytes = peak ? std::max(r.step_peak_bytes, *peak) : -2;
       }
     } catch (...) {
@@ -211,7 +213,7 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
   probe.checkpoint_all = [&] { blocks->set_checkpointed(blocks->checkpoint_blocks()); };
   std::optional<data::Batch> batch;  // the first micro-batch's samples, fetched once
   probe.measure_step = [&]() -> std::optional<std::int64_t> {
-    if (!batch) batch = first_samples(train, micro_batch);
+    if (!batch) batch = probe_batch(train, micro_batch);
     return trainer.measure_step_memory(*batch);
   };
   return plan::plan_checkpointing(request, hw, p, probe);
@@ -422,27 +424,22 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
   if (strategy_by_memory) {  // dist.strategy: auto on several processes: by memory, measured with a trainer under ddp
     auto [row, chosen] = plan_strategy(c, hw, a.plan, process, a.strategy, *a.model.module, *a.trainer, *a.loaders->splits.train);
+    for (plan::PlanEntry& e : a.plan.entries) {
+      if (e.key == "strategy") e = {"strategy", row.value, e.reason + "; " + row.reason};
+    }
     if (chosen) {  // the trainer again, under the strategy chosen (on the same process group)
       a.trainer.reset();
-      for (plan::PlanEntry& e : a.plan.entries) {
-        const auto at = e.key == "strategy" ? e.reason.find(a.strategy_described) : std::string::npos;
-        if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), chosen->describe());
-      }
+      redescribe_strategy(a.plan, a.strategy_described, chosen->describe());
       a.strategy = t.strategy = chosen;
       ranks = a.strategy.get();
       a.strategy_described = chosen->describe();
+      t.checkpoint_info["plan"] = nlohmann::json::parse(a.plan.to_json());  // the checkpoints' manifests name the choice
       a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
-    }
-    for (plan::PlanEntry& e : a.plan.entries) {
-      if (e.key == "strategy") e = {"strategy", row.value, e.reason + "; " + row.reason};
     }
   }
   Trainer& trainer = *a.trainer;
   if (ranks->shards_optimizer()) {  // each rank's share exists once the trainer has given the strategy its parameters
-    for (plan::PlanEntry& e : a.plan.entries) {
-      const auto at = e.key == "strategy" ? e.reason.find(a.strategy_described) : std::string::npos;
-      if (at != std::string::npos) e.reason.replace(at, a.strategy_described.size(), ranks->describe());
-    }
+    redescribe_strategy(a.plan, a.strategy_described, ranks->describe());
   }
   // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
   std::optional<plan::PlanEntry> micro_batch;

@@ -60,6 +60,10 @@ class Trainer {
   // what was held before it, on the trainer's device; weights, buffers, gradients and RNG states are left as
   // they were. std::nullopt when the device's memory is not counted (obs/memory.h).
   std::optional<std::int64_t> measure_step_memory(const data::Batch& batch);
+  // Tensor memory held now, bytes: weights (parameters and buffers), gradients, optimizer state, EMA (the step
+  // records' categories). Each storage once: ddp's gradients are views of its buckets, a released fsdp weight holds
+  // nothing.
+  std::array<std::int64_t, 4> held_by_category() const;
 
   StateDict state_dict() const;  // optimizer (this rank's under zero1), precision, schedule, EMA and counters (not the weights)
   void load_state_dict(const StateDict& state);
@@ -105,9 +109,6 @@ class Trainer {
 
   // dist.strategy fsdp: the model's blocks that the strategy gathers when used (dist.fsdp_units), and its hooks on them.
   void configure_units();
-  // Tensor memory held now: weights (parameters and buffers), gradients, optimizer state, EMA (the recorder's
-  // categories). Each storage once: ddp's gradients are views of their buckets, a released fsdp weight holds nothing.
-  std::array<std::int64_t, 4> held_by_category() const;
   std::vector<std::size_t> in_units_;  // fsdp: the trainable parameters (indices into params_) inside its units
 
   std::shared_ptr<torch::nn::Module> model_;

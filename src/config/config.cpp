@@ -54,10 +54,31 @@ bool looks_null(const std::string& s) {
   return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
 }
 
+// Whether `text` written as yaml-cpp writes a plain scalar reads back as the same text. Not so for a trailing
+// carriage return (a value from a file saved with Windows line endings), other control characters, or leading and
+// trailing blanks, which the emitter leaves unquoted; asking the parser covers every such case, not a list of them.
+// Asked in a block map's context, as to_yaml writes it (on its own, yaml-cpp quotes some strings it leaves plain there).
+bool reads_back_plain(const std::string& text, bool as_key = false) {
+  YAML::Emitter probe;
+  // A second entry follows, as in a config: a carriage return at the very end of the text would survive, before a line
+  // break it does not.
+  probe << YAML::BeginMap << YAML::Key << (as_key ? text : std::string("k")) << YAML::Value << (as_key ? std::string("v") : text)
+        << YAML::Key << "~next" << YAML::Value << "v" << YAML::EndMap;
+  if (!probe.good()) return false;
+  try {
+    const YAML::Node back = YAML::Load(probe.c_str());
+    if (!back.IsMap() || back.size() != 2) return false;
+    const auto entry = *back.begin();
+    return as_key ? entry.first.Scalar() == text : entry.second.IsScalar() && entry.second.Scalar() == text;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
 void emit(YAML::Emitter& out, const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      if (detail::is_forced_string(node) || looks_null(node.Scalar())) out << YAML::DoubleQuoted;
+      if (detail::is_forced_string(node) || looks_null(node.Scalar()) || !reads_back_plain(node.Scalar())) out << YAML::DoubleQuoted;
       out << node.Scalar();
       return;
     case YAML::NodeType::Sequence: {
@@ -74,7 +95,9 @@ void emit(YAML::Emitter& out, const YAML::Node& node) {
       out << YAML::BeginMap;
       const YAML::Node& as_const = node;
       for (const auto& key : sorted_keys(node)) {
-        out << YAML::Key << key << YAML::Value;
+        out << YAML::Key;
+        if (!reads_back_plain(key, /*as_key=*/true)) out << YAML::DoubleQuoted;
+        out << key << YAML::Value;
         emit(out, as_const[key]);
       }
       out << YAML::EndMap;

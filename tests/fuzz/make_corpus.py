@@ -295,6 +295,8 @@ def config_seeds(out):
         "schedule:\n  type: step\n  step_size: 10\n  gamma: 0.5\n")
     put(out, "config", "overrides_only",
         "\0model.name=mlp\ndata.source=synthetic\ndata.features=8\nmodel.in_features=8\nema.enabled=true\n")
+    # The fuzzer's finding (2026-11-27): a value ending in a carriage return did not survive to_yaml().
+    put(out, "config", "crlf_value", "optim:\n  lr: f\r\0")
     put(out, "config", "broken_duplicate_key.yaml", "name: a\noptim:\n  lr: 0.1\n  lr: 0.2\n data: 1\n")
     put(out, "config", "broken_types_overrides",
         "optim:\n  lr: fast\ndata:\n  batch_size: 1.5\n  btach: 3\nmodel:\n  name: mlpp\n"

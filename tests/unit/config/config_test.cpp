@@ -307,5 +307,22 @@ TEST(ConfigYaml, RoundTripGivesTheSameLeaves) {
   EXPECT_EQ(back.to_yaml(), text);
 }
 
+// The config fuzzer's finding: a value ending in a carriage return (a file saved with Windows line endings) was
+// written unquoted and read back without it. Every scalar and key YAML would read back differently is quoted.
+TEST(ConfigYaml, ScalarsWithControlCharactersOrBlanksSurviveTheRoundTrip) {
+  Config c;
+  for (const std::string& value : {std::string("f\r"), std::string(" lead"), std::string("trail "), std::string("a\tb"),
+                                   std::string("bell\a"), std::string("\r\n")}) {
+    YAML::Node node(value);
+    c.set("optim.lr", node, Origin::noted("test"));
+    const std::string text = c.to_yaml();
+    const Config back = Config::parse(text, "x");
+    EXPECT_EQ(back.node("optim.lr").Scalar(), value) << text;
+  }
+  Config keyed = Config::parse("a:\n  \"k\\r\": 1\n", "t");
+  const Config back = Config::parse(keyed.to_yaml(), "x");
+  EXPECT_EQ(back.leaf_keys(), keyed.leaf_keys()) << keyed.to_yaml();
+}
+
 }  // namespace
 }  // namespace bellows::config

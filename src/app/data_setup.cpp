@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/data/resident.h"
 #include "bellows/data/stager.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/util/check.h"
@@ -88,6 +89,7 @@ data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p,
   o.batch_size = loaded_batch_size(c, world_size);
   loader_binding().read_into(c, o);
   o.workers = p.workers;
+  o.on_device = p.on_device == "true";
   return o;
 }
 
@@ -129,7 +131,15 @@ Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::sh
                      int world_size) {
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
-  if (planned.workers_planned && l.splits.train->size() > 0) {
+  // data.on_device: decided now that the data's bytes are known; data gathered on the device needs no workers.
+  const std::vector<const data::Dataset*> datasets = {l.splits.train.get(), l.splits.val.get()};
+  const double budget_gib = config::get_double(c, "memory_budget_gib");
+  l.plan_rows.push_back(plan::plan_data_placement(
+      planned, data::placement_bytes(datasets), data::unplaceable(datasets),
+      budget_gib > 0 ? static_cast<std::int64_t>(budget_gib * double(1LL << 30)) : plan::device_free_bytes(hw::HardwareInfo::get(), planned)));
+  if (l.plan_rows.back().value == "true") {
+    l.plan_rows.push_back({"workers", "0", "data.on_device: batches are gathered on the device in the training thread"});
+  } else if (planned.workers_planned && l.splits.train->size() > 0) {
     const double fetch_ms = measure_batch_fetch_ms(*l.splits.train, loaded_batch_size(c, world_size));
     if (auto row = plan::refine_workers(planned, hw::HardwareInfo::get(), fetch_ms)) l.plan_rows.push_back(std::move(*row));
   }

@@ -30,6 +30,8 @@ const config::Binding<plan::PlanRequest>& plan_binding() {
     b.key("channels_last", &R::channels_last, "NHWC memory format for 4-D tensors (convolutional models)");
     b.key("data.workers", &R::workers, "loading threads (0: in the training thread; -1: planned)").min(-1);
     b.key("data.pin_memory", &R::pin_memory, "pinned host batches for asynchronous device copies").choices({"auto", "true", "false"});
+    b.key("data.on_device", &R::on_device, "keep in-memory data on the training device and gather batches there (auto: on a GPU "
+          "when it fits in a quarter of its memory)").choices({"auto", "true", "false"});
   });
 }
 
@@ -58,7 +60,9 @@ RunResult run(const config::Config& c, const RunOptions& options) {
     std::fprintf(options.console, "%s\n",
                  fmt::format("data: {}; the training step waited for batches {:.1f}% of {:.1f} s; queue peak {:.1f} MB; "
                              "`bellows bench data` measures the pipeline alone",
-                             d.workers > 0 ? fmt::format("{} worker(s), prefetch {}", d.workers, d.prefetch) : std::string("synchronous"),
+                             d.on_device      ? std::string("kept on the device, batches gathered there (data.on_device)")
+                             : d.workers > 0 ? fmt::format("{} worker(s), prefetch {}", d.workers, d.prefetch)
+                                             : std::string("synchronous"),
                              d.wall_seconds > 0 ? 100 * d.wait_seconds / d.wall_seconds : 0.0, d.wall_seconds,
                              d.queue_bytes_peak / 1e6).c_str());
   }

@@ -1,6 +1,7 @@
 // The prefetching loader; see loader.h.
 #include "bellows/data/loader.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/ParallelGuard.h>
 #include <fmt/format.h>
 
@@ -40,7 +41,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Sampler sampler, LoaderOp
                                  dataset_->size()),
                      "build the sampler for this dataset");
   if (!stager_) stager_ = make_cpu_stager();
-  async_ = options_.use_prefetch && options_.workers > 0;
+  if (options_.on_device) {
+    resident_ = dataset_->place(stager_->device());
+    BELLOWS_CHECK_CONFIG(resident_ != nullptr,
+                         fmt::format("data.on_device is true, but {} is read and decoded per sample, not held as tensors", dataset_->name()),
+                         "set data.on_device: auto (or false): images and NetCDF slices load through the prefetching loader");
+  }
+  async_ = !resident_ && options_.use_prefetch && options_.workers > 0;
+  stats_.on_device = resident_ != nullptr;
   stats_.workers = async_ ? options_.workers : 0;
   stats_.prefetch = async_ ? options_.prefetch : 0;
   if (async_) {
@@ -86,6 +94,8 @@ void Loader::start_epoch(std::int64_t epoch) {
   order_ = sampler_.indices(epoch);
   // Augmentation draws: a stream per epoch, independent of the shuffling stream.
   epoch_seed_ = mix_seed(mix_seed(sampler_.options().seed, 0xA11CE), static_cast<std::uint64_t>(epoch));
+  // One small copy per epoch: the batches' indices are slices of it, on the device.
+  if (resident_) order_on_device_ = at::tensor(order_, at::kLong).to(stager_->device());
   if (stager_->pending()) stager_->finish();  // a batch staged ahead for an abandoned epoch
   staged_.reset();
   {
@@ -220,6 +230,7 @@ std::optional<Batch> Loader::next() {
   if (!stats_start_) stats_start_ = Clock::now();
   const std::int64_t total = batches_per_epoch();
   if (position_ >= total) return std::nullopt;
+  if (resident_) return gather_resident();
   auto stage = [&](std::int64_t k) {
     Result r = take(k);
     const auto start = Clock::now();
@@ -241,6 +252,23 @@ std::optional<Batch> Loader::next() {
   start = Clock::now();
   dataset_->finish_on_device(batch);
   stats_.stages.transform += seconds_since(start);
+  return batch;
+}
+
+Batch Loader::gather_resident() {
+  const auto start = Clock::now();
+  const std::int64_t first = position_ * options_.batch_size;
+  const std::int64_t count = std::min<std::int64_t>(options_.batch_size, static_cast<std::int64_t>(order_.size()) - first);
+  Batch batch = resident_->gather(order_on_device_.narrow(0, first, count));
+  dataset_->finish_on_device(batch);
+  const double seconds = seconds_since(start);  // launch time on a GPU: the gathers run on the compute stream
+  stats_.stages.read += seconds;
+  stats_.wait_seconds += seconds;
+  stats_.batches += 1;
+  stats_.samples += count;
+  if (!first_work_) first_work_ = start;
+  last_delivery_ = Clock::now();
+  ++position_;
   return batch;
 }
 
@@ -283,7 +311,7 @@ LoaderStats Loader::stats() const {
 }
 
 void Loader::reset_stats() {
-  const LoaderStats fresh{.workers = stats_.workers, .prefetch = stats_.prefetch};
+  const LoaderStats fresh{.workers = stats_.workers, .on_device = stats_.on_device, .prefetch = stats_.prefetch};
   stats_ = fresh;
   stats_start_.reset();
   first_work_.reset();

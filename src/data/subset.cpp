@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "bellows/data/resident.h"
 #include "bellows/util/check.h"
 
 namespace bellows::data {
@@ -28,6 +29,24 @@ Batch SubsetDataset::get_batch(std::span<const std::int64_t> indices, FetchConte
   mapped.reserve(indices.size());
   for (const std::int64_t i : indices) mapped.push_back(indices_.at(static_cast<std::size_t>(i)));
   return base_->get_batch(mapped, context);
+}
+
+namespace {
+class ResidentSubset final : public ResidentData {
+ public:
+  ResidentSubset(std::shared_ptr<const ResidentData> base, at::Tensor indices) : base_(std::move(base)), indices_(std::move(indices)) {}
+  Batch gather(const at::Tensor& indices) const override { return base_->gather(indices_.index_select(0, indices)); }
+
+ private:
+  std::shared_ptr<const ResidentData> base_;
+  at::Tensor indices_;  // int64 [size()] on the device: this subset's sample i is the base's indices_[i]
+};
+}  // namespace
+
+std::shared_ptr<const ResidentData> SubsetDataset::place(c10::Device device) const {
+  std::shared_ptr<const ResidentData> base = base_->place(device);
+  if (!base) return nullptr;
+  return std::make_shared<ResidentSubset>(std::move(base), at::tensor(indices_, at::kLong).to(device));
 }
 
 at::Tensor SubsetDataset::class_labels() const {

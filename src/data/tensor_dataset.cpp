@@ -52,6 +52,43 @@ Batch TensorDataset::get_batch(std::span<const std::int64_t> indices, FetchConte
   return batch;
 }
 
+namespace {
+// The tensors of a TensorDataset on a device, cast as get_batch casts them: a gather is an index_select each, the
+// same values as casting after the host gather (a cast is elementwise).
+class ResidentTensors final : public ResidentData {
+ public:
+  explicit ResidentTensors(std::map<std::string, at::Tensor> tensors) : tensors_(std::move(tensors)) {}
+  Batch gather(const at::Tensor& indices) const override {
+    Batch batch;
+    batch.size = indices.size(0);
+    for (const auto& [name, t] : tensors_) batch.tensors.emplace(name, t.index_select(0, indices));
+    return batch;
+  }
+
+ private:
+  std::map<std::string, at::Tensor> tensors_;
+};
+}  // namespace
+
+std::int64_t TensorDataset::resident_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [name, t] : tensors_) {
+    const at::ScalarType dtype =
+        options_.float_dtype && at::isFloatingType(t.scalar_type()) ? *options_.float_dtype : t.scalar_type();
+    bytes += t.numel() * static_cast<std::int64_t>(c10::elementSize(dtype));
+  }
+  return bytes;
+}
+
+std::shared_ptr<const ResidentData> TensorDataset::place(c10::Device device) const {
+  return placed_.get(device, [&] {
+    std::map<std::string, at::Tensor> placed;
+    // A memory-mapped array on the CPU stays mapped (to() returns it as it is) unless it is cast.
+    for (const auto& [name, t] : tensors_) placed.emplace(name, cast(t, options_.float_dtype).to(device));
+    return std::make_shared<ResidentTensors>(std::move(placed));
+  });
+}
+
 at::Tensor TensorDataset::class_labels() const {
   auto it = tensors_.find("y");
   if (it == tensors_.end() || it->second.dim() != 1 || it->second.scalar_type() != at::kLong) return {};

@@ -109,7 +109,7 @@ WindowDataset::WindowDataset(std::map<std::string, at::Tensor> series, WindowOpt
     return t.contiguous().view(shape);
   };
   inputs_ = flat(x);
-  if (y.defined()) targets_ = flat(y);
+  if (y.defined()) targets_ = y.is_same(x) ? inputs_ : flat(y);  // the inputs as their own targets: one tensor
 }
 
 std::int64_t WindowDataset::first_row(std::int64_t index) const {
@@ -128,25 +128,65 @@ Example WindowDataset::get(std::int64_t index, FetchContext& context) const {
   return e;
 }
 
-Batch WindowDataset::get_batch(std::span<const std::int64_t> indices, FetchContext& context) const {
-  const auto start = std::chrono::steady_clock::now();
-  const auto batch_size = static_cast<std::int64_t>(indices.size());
-  std::vector<std::int64_t> first(indices.size());
-  for (std::size_t b = 0; b < indices.size(); ++b) first[b] = first_row(indices[b]);
-  // Row r of window b is first[b] + r: a [B, length] (and [B, horizon]) index, one gather per tensor.
-  const at::Tensor base = at::tensor(first, at::kLong).unsqueeze(1);
+namespace {
+
+// Windows whose first flat rows are `first` (int64 [B], on the series' device): row r of window b is first[b] + r,
+// a [B, length] (and [B, horizon]) index, one gather per tensor. The host's get_batch and the device's gather.
+Batch gather_windows(const at::Tensor& first, const at::Tensor& inputs, const at::Tensor& targets, const WindowOptions& o) {
+  const std::int64_t batch_size = first.size(0);
+  const at::Tensor base = first.unsqueeze(1);
   auto gather = [&](const at::Tensor& t, std::int64_t offset, std::int64_t rows) {
-    const at::Tensor index = (base + at::arange(offset, offset + rows, at::kLong)).view({-1});
+    const at::Tensor index = (base + at::arange(offset, offset + rows, first.options())).view({-1});
     std::vector<std::int64_t> shape{batch_size, rows};
     shape.insert(shape.end(), t.sizes().begin() + 1, t.sizes().end());
     return t.index_select(0, index).view(shape);
   };
   Batch batch;
   batch.size = batch_size;
-  batch.tensors.emplace("x", gather(inputs_, 0, options_.length));
-  if (targets_.defined()) batch.tensors.emplace("y", gather(targets_, options_.length, options_.horizon));
+  batch.tensors.emplace("x", gather(inputs, 0, o.length));
+  if (targets.defined()) batch.tensors.emplace("y", gather(targets, o.length, o.horizon));
+  return batch;
+}
+
+// The series on a device; a window index becomes its first flat row there (WindowDataset::first_row on tensors).
+class ResidentWindows final : public ResidentData {
+ public:
+  ResidentWindows(at::Tensor inputs, at::Tensor targets, WindowOptions options, std::int64_t steps, std::int64_t windows_per_series)
+      : inputs_(std::move(inputs)), targets_(std::move(targets)), options_(std::move(options)), steps_(steps), windows_(windows_per_series) {}
+  Batch gather(const at::Tensor& indices) const override {
+    const at::Tensor first = indices.div(windows_, "floor") * steps_ + indices.remainder(windows_) * options_.stride;
+    return gather_windows(first, inputs_, targets_, options_);
+  }
+
+ private:
+  at::Tensor inputs_, targets_;
+  WindowOptions options_;
+  std::int64_t steps_, windows_;
+};
+
+}  // namespace
+
+Batch WindowDataset::get_batch(std::span<const std::int64_t> indices, FetchContext& context) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::int64_t> first(indices.size());
+  for (std::size_t b = 0; b < indices.size(); ++b) first[b] = first_row(indices[b]);
+  Batch batch = gather_windows(at::tensor(first, at::kLong), inputs_, targets_, options_);
   context.times.transform += seconds_since(start);
   return batch;
+}
+
+std::int64_t WindowDataset::resident_bytes() const {
+  const bool shared = targets_.defined() && targets_.is_same(inputs_);
+  return static_cast<std::int64_t>(inputs_.nbytes()) + (targets_.defined() && !shared ? static_cast<std::int64_t>(targets_.nbytes()) : 0);
+}
+
+std::shared_ptr<const ResidentData> WindowDataset::place(c10::Device device) const {
+  return placed_.get(device, [&] {
+    const at::Tensor inputs = inputs_.to(device);
+    // Targets that are the inputs themselves (no "y", every column) are placed once.
+    const at::Tensor targets = !targets_.defined() ? at::Tensor() : targets_.is_same(inputs_) ? inputs : targets_.to(device);
+    return std::make_shared<ResidentWindows>(inputs, targets, options_, steps_, windows_per_series_);
+  });
 }
 
 std::string WindowDataset::describe(std::int64_t index) const {

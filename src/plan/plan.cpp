@@ -212,8 +212,37 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
     plan.workers_planned = true;
     plan.entries.push_back({"workers", std::to_string(plan.workers), rec ? rec->reason : "default"});
   }
+  BELLOWS_CHECK_CONFIG(req.on_device == "auto" || req.on_device == "true" || req.on_device == "false",
+                       fmt::format("data.on_device is '{}'", req.on_device), "use auto, true or false");
+  plan.on_device = req.on_device;
   resolve_allocator(req, hw, plan);
   return plan;
+}
+
+PlanEntry plan_data_placement(const Plan& plan, std::int64_t data_bytes, const std::string& unplaceable, std::int64_t budget_bytes) {
+  const std::string device = plan.device.str();
+  if (plan.on_device == "false") return {"on_device", "false", "requested: batches load through the loader"};
+  if (plan.on_device == "true") {
+    BELLOWS_CHECK_CONFIG(data_bytes >= 0,
+                         fmt::format("data.on_device is true, but {} is read and decoded per sample, not held as tensors", unplaceable),
+                         "set data.on_device: auto (or false): images and NetCDF slices load through the prefetching loader");
+    return {"on_device", "true", fmt::format("requested: the data ({:.1f} MB) placed on {} once, batches gathered there", data_bytes / 1e6, device)};
+  }
+  if (!plan.device.is_cuda()) {
+    return {"on_device", "false", "the device is the host: the loader reads the data where it lies (auto keeps in-memory data on a GPU when it fits)"};
+  }
+  if (data_bytes < 0) {
+    return {"on_device", "false", fmt::format("{} is read and decoded per sample: the prefetching loader copies each batch", unplaceable)};
+  }
+  const auto share = static_cast<std::int64_t>(kResidentShare * static_cast<double>(budget_bytes));
+  if (data_bytes > share) {
+    return {"on_device", "false",
+            fmt::format("the data takes {:.1f} MB, more than {:.0f}% of {}'s {:.1f} MB budget: the prefetching loader copies each batch",
+                        data_bytes / 1e6, 100 * kResidentShare, device, budget_bytes / 1e6)};
+  }
+  return {"on_device", "true",
+          fmt::format("the data ({:.1f} MB) fits in {:.0f}% of {}'s {:.1f} MB budget: placed there once, batches gathered on the device "
+                      "(no per-step collation, copy or stager)", data_bytes / 1e6, 100 * kResidentShare, device, budget_bytes / 1e6)};
 }
 
 std::optional<PlanEntry> refine_workers(const Plan& plan, const hw::HardwareInfo& hw, double batch_fetch_ms) {
@@ -237,6 +266,7 @@ void Plan::revise(const PlanEntry& row) {
   if (it == entries.end()) entries.push_back(row);
   else *it = row;
   if (row.key == "workers") workers = std::stoi(row.value);
+  if (row.key == "on_device") on_device = row.value;
 }
 
 void Plan::revise(const std::vector<PlanEntry>& rows) {
@@ -282,6 +312,7 @@ std::string Plan::to_json(int indent) const {
   j["channels_last"] = channels_last;
   j["pin_memory"] = pin_memory;
   j["workers"] = workers;
+  j["on_device"] = on_device;
   j["retain_bytes"] = retain_bytes;
   nlohmann::json reasons = nlohmann::json::array();
   for (const auto& e : entries) reasons.push_back({{"key", e.key}, {"value", e.value}, {"reason", e.reason}});

@@ -247,4 +247,38 @@ TEST(TrainCli, InitWeightsAndAPrecisionSwitchOnResume) {
   EXPECT_NE(switched.out.find("optimizer steps   40"), std::string::npos) << switched.out;
 }
 
+// data.on_device (the CPU twin): the demo's synthetic table, split into training and validation data, trains to the
+// same losses, bitwise, with its batches gathered from the data placed on the device as through the loader; the plan
+// says which and why, and auto leaves the data with the loader on the CPU.
+TEST(TrainCli, DataOnTheDeviceTrainsAsTheLoaderBitwise) {
+  const fs::path out = scratch();
+  auto records = [&](const std::string& name) {
+    std::vector<std::string> lines;
+    std::ifstream metrics(out / name / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["type"] == "train") lines.push_back(j["loss"].dump());
+      if (j["type"] == "eval") lines.push_back("eval " + j["loss"].dump());
+    }
+    return lines;
+  };
+  const std::string common = " --max-steps 40 --output-dir " + out.string() + " train.log_every_n_steps=5 threads=1 train.eval_every_n_steps=20";
+  const Result loader = run("train --name loader data.on_device=auto" + common);
+  ASSERT_EQ(loader.code, 0) << loader.err << loader.out;
+  const Result device = run("train --name device data.on_device=true data.workers=2" + common);
+  ASSERT_EQ(device.code, 0) << device.err << device.out;
+  const std::vector<std::string> a = records("loader"), b = records("device");
+  ASSERT_GE(a.size(), 9u);
+  EXPECT_EQ(a, b);
+  const auto on = nlohmann::json::parse(slurp(out / "device" / "plan.json"));
+  EXPECT_EQ(on["on_device"], "true");
+  EXPECT_EQ(on["workers"], 0);  // gathered in the training thread, whatever data.workers asked
+  const auto off = nlohmann::json::parse(slurp(out / "loader" / "plan.json"));
+  EXPECT_EQ(off["on_device"], "false");
+  for (const auto& e : off["entries"]) {
+    if (e["key"] == "on_device") EXPECT_NE(e["reason"].get<std::string>().find("the device is the host"), std::string::npos) << e;
+  }
+  EXPECT_NE(device.out.find("kept on the device, batches gathered there (data.on_device)"), std::string::npos) << device.out;
+}
+
 }  // namespace

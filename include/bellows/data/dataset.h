@@ -5,9 +5,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +19,8 @@
 #include "bellows/data/pipeline_stats.h"  // defines: StageTimes
 
 namespace bellows::data {
+
+class ResidentData;  // data/resident.h
 
 // One sample: named tensors without the batch dimension.
 using Example = std::map<std::string, at::Tensor>;
@@ -61,6 +65,13 @@ class Dataset {
   // The class label (int64 [size()]) of every sample, when the dataset knows them without loading the
   // samples (a weighted sampler balances classes with them); undefined tensor otherwise.
   virtual at::Tensor class_labels() const { return {}; }
+
+  // data.on_device (data/resident.h): the bytes this dataset's tensors take when placed on a device (after the
+  // dtype casts its batches get), or -1 when its samples are not in-memory tensors (read or decoded per sample).
+  virtual std::int64_t resident_bytes() const { return -1; }
+  // Those tensors on `device`, placed once (shared by every caller and view) and gathered there; null when
+  // resident_bytes() is -1.
+  virtual std::shared_ptr<const ResidentData> place(c10::Device device) const { return nullptr; }
 };
 
 // What a data source knows about its samples beyond their shapes, handed to a model before it is built

@@ -7,8 +7,10 @@
 // Workers persist across epochs. A worker's exception (with the batch, its first samples and the dataset's
 // own file/row context) is rethrown in the training thread by next(); the destructor stops and joins the
 // workers however far the consumer got. `use_prefetch: false` (or workers 0) loads in the training thread:
-// the synchronous path, for comparison and debugging. The position (epoch, batches delivered) is saveable;
-// a resumed loader yields exactly the batches that remained.
+// the synchronous path, for comparison and debugging. `on_device` keeps the dataset's tensors on the training
+// device instead (data/resident.h): no workers, queue or stager; each batch is gathered there by a slice of the
+// epoch's order, itself placed once per epoch. The position (epoch, batches delivered) is saveable, in the same
+// form either way; a resumed loader yields exactly the batches that remained.
 #pragma once
 
 #include <chrono>
@@ -25,6 +27,7 @@
 
 #include "bellows/data/dataset.h"         // defines: Dataset
 #include "bellows/data/pipeline_stats.h"  // defines: StageTimes, LoaderStats
+#include "bellows/data/resident.h"        // defines: ResidentData
 #include "bellows/data/sampler.h"  // defines: Sampler
 #include "bellows/data/source.h"   // defines: BatchSource
 #include "bellows/data/stager.h"   // defines: DeviceStager
@@ -39,6 +42,7 @@ struct LoaderOptions {
   bool use_prefetch = true;     // false: synchronous loading whatever `workers` says
   bool train = true;            // random augmentation on (evaluation: off)
   double pad_value = 0;         // variable-length samples (collate.h)
+  bool on_device = false;       // gather batches from the dataset placed on the stager's device (data.on_device)
 };
 
 class Loader final : public BatchSource {
@@ -89,11 +93,14 @@ class Loader final : public BatchSource {
   void count(const Result& delivered);
   bool ready(std::int64_t batch);
   void stop_workers();
+  Batch gather_resident();  // on_device: the batch at position_ from the placed dataset
 
   std::shared_ptr<const Dataset> dataset_;
   Sampler sampler_;
   LoaderOptions options_;
   std::unique_ptr<DeviceStager> stager_;
+  std::shared_ptr<const ResidentData> resident_;  // on_device: the dataset on the device
+  at::Tensor order_on_device_;                    // on_device: this epoch's order there
   std::optional<Result> staged_;  // the counters of the batch the stager holds (staged one ahead)
   bool async_ = false;
 

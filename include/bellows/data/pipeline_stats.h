@@ -32,6 +32,7 @@ struct LoaderStats {
   // worker_busy_seconds <= busy_span_seconds x workers.
   double busy_span_seconds = 0;
   std::int64_t workers = 0;            // 0: synchronous
+  bool on_device = false;              // gathered from the data placed on the device (no workers, no copy)
   std::int64_t prefetch = 0;
   std::int64_t queue_bytes_peak = 0;   // most bytes held by loaded-but-undelivered batches at once
   std::int64_t queued = 0;             // batches loaded and not yet taken by the training thread, now

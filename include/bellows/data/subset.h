@@ -21,6 +21,10 @@ class SubsetDataset final : public Dataset {
   std::string name() const override;
   void finish_on_device(Batch& batch) const override { base_->finish_on_device(batch); }
   at::Tensor class_labels() const override;
+  // The base's bytes and placement (shared with the other views of the base), gathered through this subset's
+  // indices, placed beside it.
+  std::int64_t resident_bytes() const override { return base_->resident_bytes(); }
+  std::shared_ptr<const ResidentData> place(c10::Device device) const override;
 
   const Dataset& base() const { return *base_; }
   const std::vector<std::int64_t>& indices() const { return indices_; }

@@ -9,7 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "bellows/data/dataset.h"  // defines: Dataset
+#include "bellows/data/dataset.h"   // defines: Dataset
+#include "bellows/data/resident.h"  // defines: ResidentData, PlacementCache
 
 namespace bellows::data {
 
@@ -32,6 +33,8 @@ class TensorDataset final : public Dataset {
   std::string describe(std::int64_t index) const override;
   std::string name() const override { return options_.name; }
   at::Tensor class_labels() const override;  // "y" when it is int64 [N]
+  std::int64_t resident_bytes() const override;
+  std::shared_ptr<const ResidentData> place(c10::Device device) const override;
 
   const std::map<std::string, at::Tensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::vector<std::string>>& categories() const { return options_.categories; }
@@ -40,6 +43,7 @@ class TensorDataset final : public Dataset {
   std::map<std::string, at::Tensor> tensors_;
   TensorDatasetOptions options_;
   std::int64_t n_ = 0;
+  PlacementCache placed_;
 };
 
 }  // namespace bellows::data

@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "bellows/data/dataset.h"  // defines: Dataset, Example, FetchContext
+#include "bellows/data/dataset.h"   // defines: Dataset, Example, FetchContext
+#include "bellows/data/resident.h"  // defines: ResidentData, PlacementCache
 
 namespace bellows::data {
 
@@ -42,6 +43,9 @@ class WindowDataset final : public Dataset {
   // "<name> series 2 rows 10 to 19" (inputs and targets), or via describe_row: "train.csv line 1236 to line 1299".
   std::string describe(std::int64_t index) const override;
   std::string name() const override { return name_; }
+  // The series on the device (not the windows: a window's rows are gathered there as get_batch gathers them).
+  std::int64_t resident_bytes() const override;
+  std::shared_ptr<const ResidentData> place(c10::Device device) const override;
 
   std::int64_t series_count() const { return series_; }
   std::int64_t series_length() const { return steps_; }
@@ -56,6 +60,7 @@ class WindowDataset final : public Dataset {
   at::Tensor inputs_;   // [S*T, F...], contiguous
   at::Tensor targets_;  // [S*T, K...], contiguous; undefined when horizon is 0
   std::int64_t series_ = 1, steps_ = 0, windows_per_series_ = 0;
+  PlacementCache placed_;
 };
 
 std::shared_ptr<Dataset> make_window_dataset(std::map<std::string, at::Tensor> series, WindowOptions options,

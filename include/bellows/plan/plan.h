@@ -21,6 +21,7 @@ struct PlanRequest {
   bool channels_last = false;
   std::string pin_memory = "auto";       // auto | true | false
   std::int64_t workers = -1;             // data loading threads; -1: auto
+  std::string on_device = "auto";        // data.on_device: auto | true | false (plan_data_placement)
   std::string cpu_allocator = "auto";    // auto | retain | system (glibc's trimming left as it is)
   int local_rank = 0;                    // data parallel: this process among the job's processes on this node
   int local_world_size = 1;              // one GPU each (cuda:<local rank>)
@@ -44,6 +45,9 @@ struct Plan {
   bool pin_memory = false;
   int workers = 0;                 // data loading threads (0: in the training thread)
   bool workers_planned = false;    // workers came from the hardware (data.workers: -1); refine_workers may revise it
+  // The data kept on the device (data/resident.h): "true" or "false", or "auto" until plan_data_placement decides
+  // it from the data's bytes (a revised "on_device" row sets it).
+  std::string on_device = "auto";
   std::int64_t retain_bytes = 0;   // > 0: freed heap memory up to this much is kept for reuse (cpu_allocator)
   // Deterministic CUDA runs: the CUBLAS_WORKSPACE_CONFIG that apply() sets (cuBLAS is reproducible only with a
   // fixed workspace configuration, and ATen's first matrix product throws without one); "" otherwise.
@@ -68,6 +72,16 @@ void apply(const Plan& plan);
 // The free memory of the plan's device when the hardware was detected: its GPU's, or on the CPU the host's available
 // memory (the memory decisions' budget where memory_budget_gib is 0).
 std::int64_t device_free_bytes(const hw::HardwareInfo& hw, const Plan& plan);
+
+// data.on_device decided once the data is read (data/resident.h): whether its tensors are placed on the training
+// device once and every batch gathered there (no per-step collation, pinning, copy or stager), from `data_bytes`,
+// what placing the training and validation data takes (-1: a dataset is read per sample, named by `unplaceable`),
+// against `budget_bytes` (the device's free memory, or memory_budget_gib). auto: on a GPU when the data takes at most
+// kResidentShare of the budget; on the CPU never: the device is the host, where the loader reads the same memory
+// (and may overlap it with workers). true for data read per sample is a kConfig error naming it. The "on_device"
+// row, for Plan::revise.
+inline constexpr double kResidentShare = 0.25;
+PlanEntry plan_data_placement(const Plan& plan, std::int64_t data_bytes, const std::string& unplaceable, std::int64_t budget_bytes);
 
 // Planned workers revisited once the data is known, from the measured cost of fetching one batch in the
 // training thread: on a CPU run whose compute threads take every usable core, a loader thread competes with

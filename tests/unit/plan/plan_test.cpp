@@ -6,9 +6,12 @@
 
 #include "bellows/plan/plan.h"
 #include "bellows/util/error.h"
+#include "test_util.h"
 
 namespace bellows::plan {
 namespace {
+
+using test_support::error_from;
 
 hw::HardwareInfo cpu_machine(bool bf16) {
   hw::HardwareInfo info;
@@ -117,6 +120,48 @@ TEST(Plan, RefineWorkersByTheMeasuredBatchCost) {
   const int planned = on_gpu.workers;
   refine(on_gpu, gpu, 0.01);
   EXPECT_EQ(on_gpu.workers, planned);
+}
+
+// data.on_device: auto keeps in-memory data on a GPU when it takes at most a quarter of the budget; never on the CPU;
+// data read per sample stays with the loader, and asking for it on the device names the dataset.
+TEST(Plan, DataPlacementByTheDataBytesAgainstTheDeviceBudget) {
+  const Plan gpu = resolve({}, gpu_machine(9));
+  ASSERT_EQ(gpu.on_device, "auto");
+  const std::int64_t budget = 1000LL * 1000 * 1000;
+  const PlanEntry fits = plan_data_placement(gpu, budget / 4, "", budget);
+  EXPECT_EQ(fits.key, "on_device");
+  EXPECT_EQ(fits.value, "true");
+  EXPECT_EQ(fits.reason, "the data (250.0 MB) fits in 25% of cuda:0's 1000.0 MB budget: placed there once, batches gathered on the device "
+                         "(no per-step collation, copy or stager)");
+  const PlanEntry large = plan_data_placement(gpu, budget / 4 + 1, "", budget);
+  EXPECT_EQ(large.value, "false");
+  EXPECT_NE(large.reason.find("more than 25% of cuda:0's 1000.0 MB budget"), std::string::npos) << large.reason;
+  const PlanEntry images = plan_data_placement(gpu, -1, "image folder data/train", budget);
+  EXPECT_EQ(images.value, "false");
+  EXPECT_NE(images.reason.find("image folder data/train is read and decoded per sample"), std::string::npos) << images.reason;
+
+  const Plan cpu = resolve({}, cpu_machine(false));
+  const PlanEntry host = plan_data_placement(cpu, 1000, "", budget);
+  EXPECT_EQ(host.value, "false");
+  EXPECT_NE(host.reason.find("the device is the host"), std::string::npos) << host.reason;
+
+  PlanRequest forced;
+  forced.on_device = "true";
+  const Plan asked = resolve(forced, cpu_machine(false));
+  EXPECT_EQ(plan_data_placement(asked, 3'000'000, "", budget).value, "true");  // the CPU twin, as the tests run it
+  EXPECT_EQ(plan_data_placement(asked, 2 * budget, "", budget).value, "true");  // asked for: no budget rule
+  const Error e = error_from([&] { plan_data_placement(asked, -1, "image folder data/train", budget); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_NE(std::string(e.what()).find("data.on_device is true, but image folder data/train is read and decoded per sample"), std::string::npos)
+      << e.what();
+  forced.on_device = "false";
+  EXPECT_EQ(plan_data_placement(resolve(forced, gpu_machine(9)), 10, "", budget).value, "false");
+  forced.on_device = "yes";
+  EXPECT_THROW(resolve(forced, cpu_machine(false)), Error);
+
+  Plan revised = gpu;
+  revised.revise(fits);
+  EXPECT_EQ(revised.on_device, "true");
 }
 
 TEST(Plan, AutoOnPlainCpuPicksFp32) { EXPECT_EQ(resolve({}, cpu_machine(false)).precision, "fp32"); }

@@ -56,9 +56,11 @@ config::Schema run_schema(const std::string& model_name) {
   add_trainer_keys(s);
   s.add("dropout_masks", Type::kString, "dropout masks: parallel (Philox, filled in parallel on the CPU) or torch (at::dropout's draws, as PyTorch)")
       .choices({"parallel", "torch"}).default_value(node("parallel"));
-  // Off by default until a GPU run has been recorded (docs/gpu.md): the captured step has only run on the CPU twin.
-  s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (where the run allows it), cuda_graph, or off")
-      .choices({"auto", "cuda_graph", "off"}).default_value(node("off"));
+  // auto by default: on CUDA the captured step is measured against eager steps and kept only where it is faster; on the
+  // CPU (and wherever a run cannot be captured) steps run eagerly.
+  s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (on CUDA, where the run allows it: captured, timed against "
+        "eager steps, the faster kept), cuda_graph (always, where allowed), or off")
+      .choices({"auto", "cuda_graph", "off"}).default_value(node("auto"));
   // dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
   std::vector<std::string> strategies = {"auto"};
   for (const auto& name : dist::strategy_names()) strategies.push_back(name);

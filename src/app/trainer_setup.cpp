@@ -199,12 +199,19 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
     o.compile = asked == "cuda_graph" ? train::Compile::kCudaGraph : train::Compile::kOff;
     return {"compile", "off", fmt::format("{}: {}", asked == "auto" ? "auto" : "cuda_graph cannot be used", why)};
   }
-  o.compile = train::Compile::kCudaGraph;
   if (recovery == "auto") o.oom_recovery = false;
+  const std::string recovery_off = recovery == "auto" ? "; out-of-memory recovery off (a captured step's memory is fixed)" : "";
+  if (asked == "auto") {
+    o.compile = train::Compile::kAuto;
+    return {"compile", "auto",
+            fmt::format("measured: after {} warm-up steps a whole step is captured as a CUDA graph, {} replays are timed against {} eager "
+                        "steps and the faster way trains on (a message says which, with both times and the graph's memory){}",
+                        train::kStepGraphWarmup, train::kStepGraphTrialSteps, train::kStepGraphTrialSteps, recovery_off)};
+  }
+  o.compile = train::Compile::kCudaGraph;
   return {"compile", "cuda_graph",
-          fmt::format("{}whole steps as CUDA graphs after {} warm-up steps (no host sync in a step; a batch of other shapes runs eagerly){}",
-                      asked == "auto" ? "auto: " : "", train::kStepGraphWarmup,
-                      recovery == "auto" ? "; out-of-memory recovery off (a captured step's memory is fixed)" : "")};
+          fmt::format("whole steps as CUDA graphs after {} warm-up steps (no host sync in a step; a batch of other shapes runs eagerly){}",
+                      train::kStepGraphWarmup, recovery_off)};
 }
 
 models::DropoutMasks dropout_masks_setting(const config::Config& c) {

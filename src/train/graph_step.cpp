@@ -11,6 +11,11 @@
 #include "bellows/util/exception_report.h"
 #include "bellows/util/format.h"  // defines: shape_of
 
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace bellows::train {
 namespace {
 
@@ -48,44 +53,106 @@ StepGraphConditions step_graph_conditions(const TrainerOptions& o, std::int64_t 
   return c;
 }
 
-GraphStep::GraphStep(const StepParts& parts, std::unique_ptr<StepGraph> graph, std::unique_ptr<EagerStep> eager, std::int64_t step)
-    : p_(parts), graph_(std::move(graph)), eager_(std::move(eager)) {
+GraphStep::GraphStep(const StepParts& parts, std::unique_ptr<StepGraph> graph, std::unique_ptr<EagerStep> eager, std::int64_t step,
+                     bool measure)
+    : p_(parts), graph_(std::move(graph)), eager_(std::move(eager)), trial_(measure ? Trial::kReplays : Trial::kOff) {
   p_.optimizer.use_lr_tensor(p_.options.device);
-  p_.message(fmt::format("compile: cuda_graph ({}): {} warm-up steps, then step {} is captured and every later step with the same "
-                         "batch shapes replays it", graph_->kind(), kStepGraphWarmup, step + kStepGraphWarmup + 1));
+  if (measure) {
+    p_.message(fmt::format("compile: auto ({}): {} warm-up steps, then step {} is captured; {} replays are timed against {} eager steps "
+                           "and the faster way trains on", graph_->kind(), kStepGraphWarmup, step + kStepGraphWarmup + 1,
+                           kStepGraphTrialSteps, kStepGraphTrialSteps));
+  } else {
+    p_.message(fmt::format("compile: cuda_graph ({}): {} warm-up steps, then step {} is captured and every later step with the same "
+                           "batch shapes replays it", graph_->kind(), kStepGraphWarmup, step + kStepGraphWarmup + 1));
+  }
+}
+
+void GraphStep::next_trial_step(double samples) {
+  if (trial_ == Trial::kReplays) trial_samples_ += samples;
+  if (++trial_steps_ < kStepGraphTrialSteps) return;
+  graph_->synchronize();
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - window_start_).count() / static_cast<double>(trial_steps_);
+  window_start_ = now;
+  trial_steps_ = 0;
+  if (trial_ == Trial::kReplays) {
+    replay_ms_ = ms;
+    trial_ = Trial::kEager;
+    return;
+  }
+  trial_ = Trial::kDone;
+  const StepGraphChoice choice =
+      choose_step_graph(replay_ms_, ms, trial_samples_ / static_cast<double>(kStepGraphTrialSteps), graph_->held_bytes());
+  p_.message(choice.message);
+  if (!choice.keep_graph) graph_.reset();  // its pool goes back to the caching allocator
 }
 
 void GraphStep::body() {
-  StepOutput out;
-  {
-    auto autocast = p_.precision.autocast();
-    out = p_.task.step(p_.model, inputs_);
+  // The eager step's arithmetic (eager_step.cpp): each micro-batch's loss over the step's count of them, the
+  // gradients accumulated by backward, the all-reduce (one rank) on the last.
+  const std::size_t count = inputs_.size();
+  outs_.clear();
+  for (std::size_t i = 0; i < count; ++i) {
+    StepOutput out;
+    {
+      auto autocast = p_.precision.autocast();
+      out = p_.task.step(p_.model, inputs_[i]);
+    }
+    std::optional<dist::Strategy::NoSync> no_sync;
+    if (i + 1 < count) no_sync.emplace(p_.strategy.no_sync());
+    p_.strategy.backward(p_.precision.scale_loss(count == 1 ? out.loss : out.loss / static_cast<double>(count)));
+    out.loss = out.loss.detach();
+    outs_.push_back(std::move(out));
   }
-  p_.strategy.backward(p_.precision.scale_loss(out.loss));
-  out.loss = out.loss.detach();
   gradients_ = eager_->optimizer_phase(/*number=*/0);  // detect_anomaly is never on under a graph (step_graph_unfit)
-  out_ = std::move(out);
+}
+
+bool GraphStep::fits(const std::vector<data::Batch>& batches, std::int64_t number) {
+  if (inputs_.empty()) return true;
+  bool same = batches.size() == inputs_.size();
+  for (std::size_t i = 0; same && i < batches.size(); ++i) same = same_layout(batches[i], inputs_[i]);
+  if (same || told_layout_) return same;
+  told_layout_ = true;
+  std::vector<std::string> these, captured;
+  for (const auto& b : batches) these.push_back(layout_of(b));
+  for (const auto& b : inputs_) captured.push_back(layout_of(b));
+  if (batches.size() != inputs_.size()) {
+    p_.message(fmt::format("compile: cuda_graph: optimizer step {} has {} micro-batch(es), the captured step {}: such steps run eagerly",
+                           number, batches.size(), inputs_.size()));
+  } else {
+    p_.message(fmt::format("compile: cuda_graph: optimizer step {}'s batch ({}) has other shapes than the captured one ({}): such "
+                           "steps run eagerly", number, fmt::join(these, "; "), fmt::join(captured, "; ")));
+  }
+  return false;
 }
 
 StepResult GraphStep::run(StepBatches& batches) {
   if (!graph_) return eager_->run(batches);
-  data::Batch loaded = batches.next();
-  const data::Batch b = to_device(loaded, p_.options);
-  p_.clock.lap(obs::Phase::kCopy);
-  const bool first = inputs_.tensors.empty();
-  const bool fits = first || same_layout(b, inputs_);
+  if (trial_ == Trial::kEager) {  // compile: auto's eager window, after the replays'
+    StepResult result = eager_->run(batches);
+    next_trial_step(static_cast<double>(result.samples));
+    return result;
+  }
+  std::vector<data::Batch> loaded, on_device;
+  for (std::int64_t i = 0; i < batches.count(); ++i) {
+    loaded.push_back(batches.next());
+    on_device.push_back(to_device(loaded.back(), p_.options));
+    p_.clock.lap(obs::Phase::kCopy);
+  }
+  const bool first = inputs_.empty();
+  const bool fit = fits(on_device, batches.number());
   if (first) {
-    inputs_ = b;
-    for (auto& [name, t] : inputs_.tensors) t = t.clone(at::MemoryFormat::Preserve);
-  } else if (fits) {
-    for (auto& [name, t] : inputs_.tensors) t.copy_(b.tensors.at(name), /*non_blocking=*/true);
-  } else if (!told_layout_) {
-    told_layout_ = true;
-    p_.message(fmt::format("compile: cuda_graph: optimizer step {}'s batch ({}) has other shapes than the captured one ({}): such "
-                           "steps run eagerly", batches.number(), layout_of(b), layout_of(inputs_)));
+    inputs_ = on_device;
+    for (auto& b : inputs_) {
+      for (auto& [name, t] : b.tensors) t = t.clone(at::MemoryFormat::Preserve);
+    }
+  } else if (fit) {
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      for (auto& [name, t] : inputs_[i].tensors) t.copy_(on_device[i].tensors.at(name), /*non_blocking=*/true);
+    }
   }
   bool ran = false;
-  if (fits) {
+  if (fit) {
     const std::int64_t optimizer_steps = p_.optimizer.steps();
     Optimizer::StateMark had_state;  // taken before the capture only: replays create no state
     if (warmed_ < kStepGraphWarmup) {
@@ -94,14 +161,23 @@ StepResult GraphStep::run(StepBatches& batches) {
       ran = true;
     } else {
       try {
+        bool capturing = false;
         if (!captured_) {
           had_state = p_.optimizer.state_mark();
           graph_->capture([this] { body(); });
-          captured_ = true;
+          captured_ = capturing = true;
         }
         graph_->replay();
         p_.optimizer.set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
         ran = true;
+        if (trial_ == Trial::kReplays && capturing) {  // the trial's windows start after the captured step's replay
+          graph_->synchronize();
+          window_start_ = std::chrono::steady_clock::now();
+        } else if (trial_ == Trial::kReplays) {
+          double samples = 0;
+          for (const auto& b : on_device) samples += static_cast<double>(b.size);
+          next_trial_step(samples);
+        }
       } catch (...) {
         if (captured_) throw;  // a replay that fails is the step's own error
         // An op the capture refused (one that reads a value back, or allocates outside the graph's pool): the run goes
@@ -118,15 +194,24 @@ StepResult GraphStep::run(StepBatches& batches) {
       }
     }
   }
-  if (!ran) {  // this step's batch runs eagerly (from the host copy, as every eager step's does)
-    batches.put_back(std::move(loaded));
-    return eager_->run(batches);
+  if (!ran) {  // this step's batches run eagerly (from the host copies, as every eager step's do)
+    for (auto& b : loaded) batches.put_back(std::move(b));
+    StepResult result = eager_->run(batches);
+    if (trial_ == Trial::kReplays && captured_ && graph_) {  // not a replay: the replays' window starts again after it
+      graph_->synchronize();
+      window_start_ = std::chrono::steady_clock::now();
+      trial_steps_ = 0;
+      trial_samples_ = 0;
+    }
+    return result;
   }
   p_.clock.lap(obs::Phase::kForward);  // forward, backward and optimizer in one
   StepResult result;
-  result.outputs.push_back(out_);
-  result.units.push_back(units_of(b));
-  result.samples = b.size;
+  result.outputs = outs_;
+  for (const auto& b : on_device) {
+    result.units.push_back(units_of(b));
+    result.samples += b.size;
+  }
   // The graph's outputs are rewritten by each replay: the per-parameter norms the record may read later are copied.
   result.gradients = gradients_;
   if (gradients_.param_norms.defined()) result.gradients.param_norms = gradients_.param_norms.clone();

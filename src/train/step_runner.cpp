@@ -35,9 +35,9 @@ BatchUnits units_of(const data::Batch& b) {
 }
 
 data::Batch StepBatches::next() {
-  if (held_) {
-    data::Batch b = std::move(*held_);
-    held_.reset();
+  if (!held_.empty()) {
+    data::Batch b = std::move(held_.front());
+    held_.pop_front();
     return b;
   }
   std::optional<data::Batch> batch;
@@ -60,7 +60,7 @@ std::unique_ptr<StepRunner> make_step_runner(const StepParts& parts, std::int64_
     parts.split.note = "out-of-memory recovery is off with several processes (train.oom_recovery: true turns it on; every step then waits for the "
                        "ranks to agree)";
   }
-  if (o.compile == Compile::kCudaGraph) {
+  if (o.compile == Compile::kCudaGraph || o.compile == Compile::kAuto) {
     // What only the trainer knows besides its options: the batch-size finder's split, the optimizer's kernels, the
     // checkpointed blocks.
     StepGraphConditions c = step_graph_conditions(o, world);
@@ -70,9 +70,9 @@ std::unique_ptr<StepRunner> make_step_runner(const StepParts& parts, std::int64_
     c.activation_checkpointing = blocks != nullptr && !blocks->checkpointed().empty();
     if (const std::string why = step_graph_unfit(c); why.empty()) {  // then neither recovery nor accumulation apply
       std::unique_ptr<StepGraph> graph = o.step_graph_factory ? o.step_graph_factory() : make_cuda_step_graph(o.device);
-      return std::make_unique<GraphStep>(parts, std::move(graph), std::move(eager), step);
+      return std::make_unique<GraphStep>(parts, std::move(graph), std::move(eager), step, /*measure=*/o.compile == Compile::kAuto);
     } else {
-      parts.message("compile: cuda_graph: every step runs eagerly: " + why);
+      parts.message(fmt::format("compile: {}: every step runs eagerly: {}", o.compile == Compile::kAuto ? "auto" : "cuda_graph", why));
     }
   }
   // Out-of-memory recovery (TrainerOptions::oom_recovery); with several ranks only when asked for, since every step

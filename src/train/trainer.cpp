@@ -70,7 +70,7 @@ const std::vector<std::string>& on_nonfinite_names() {
 }
 
 const std::vector<std::string>& compile_names() {
-  static const std::vector<std::string> names{"off", "cuda_graph"};
+  static const std::vector<std::string> names{"off", "cuda_graph", "auto"};
   return names;
 }
 

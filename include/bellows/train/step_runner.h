@@ -14,6 +14,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -90,13 +91,14 @@ class StepBatches {
   std::int64_t count() const { return count_; }    // loaded batches in this step (accumulation_steps, fewer at an epoch's end)
   std::int64_t number() const { return number_; }  // the optimizer step's number, from 1 (for messages)
   data::Batch next();                              // kInternal error when the source ends before count() batches
-  void put_back(data::Batch batch) { held_ = std::move(batch); }
+  // Batches handed back are returned by next() first, in the order they were handed back.
+  void put_back(data::Batch batch) { held_.push_back(std::move(batch)); }
 
  private:
   data::BatchSource& source_;
   std::int64_t count_, number_;
   obs::PhaseClock& clock_;
-  std::optional<data::Batch> held_;
+  std::deque<data::Batch> held_;
 };
 
 class StepRunner {

@@ -39,10 +39,11 @@ enum class OnNonfinite { kAuto, kStop, kSkip };
 // "auto", "stop", "skip": the config's words, in the enum's order.
 const std::vector<std::string>& on_nonfinite_names();
 
-// Whole training steps as CUDA graphs (train/graph_step.h): kOff, or kCudaGraph (a config's `auto` is resolved
-// before the trainer, app/trainer_setup.h).
-enum class Compile { kOff, kCudaGraph };
-const std::vector<std::string>& compile_names();  // "off", "cuda_graph"
+// Whole training steps as CUDA graphs (train/graph_step.h): kOff; kCudaGraph (every step that can be, replayed);
+// kAuto (captured, then kStepGraphTrialSteps replays timed against as many eager steps, and the faster kept for the
+// rest of the run). A config's `auto` becomes kAuto where the run can be captured, kOff elsewhere (app/trainer_setup.h).
+enum class Compile { kOff, kCudaGraph, kAuto };
+const std::vector<std::string>& compile_names();  // "off", "cuda_graph", "auto"
 
 struct TrainerOptions {
   c10::Device device = c10::Device(c10::kCPU);

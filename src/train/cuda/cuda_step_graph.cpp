@@ -34,6 +34,20 @@ class CudaStepGraph final : public StepGraph {
     graph_->replay();
   }
   std::string kind() const override { return "cuda graph"; }
+  void synchronize() override {
+    c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::device_synchronize();
+  }
+  // The segments of the caching allocator that the graph's private pool owns.
+  std::int64_t held_bytes() const override {
+    if (!captured_) return 0;
+    const c10::MempoolId_t pool = graph_->pool();
+    std::int64_t bytes = 0;
+    for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
+      if (segment.device == device_.index() && segment.owner_private_pool_id == pool) bytes += static_cast<std::int64_t>(segment.total_size);
+    }
+    return bytes;
+  }
 
  private:
   // The side stream starts after the work queued so far and the current stream waits for what it did.

@@ -6,6 +6,10 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
 
+#include <chrono>
+#include <functional>
+#include <thread>
+
 #include "bellows/data/synthetic.h"
 #include "bellows/data/tensor_source.h"
 #include "bellows/models/mlp.h"
@@ -26,10 +30,10 @@ TEST(StepGraphConditions, NameTheFirstReasonAStepCannotBeCaptured) {
     change(d);
     return step_graph_unfit(d);
   };
-  EXPECT_EQ(with([](auto& d) { d.accumulation_steps = 4; }), "accumulation over 4 micro-batches: a graph holds one whole step of one batch");
+  EXPECT_EQ(with([](auto& d) { d.accumulation_steps = 4; }), "");  // the graph holds every micro-batch of the step
   EXPECT_EQ(with([](auto& d) { d.micro_split = 2; }),
             "each batch runs as 2 micro-batches (batch-size finder): a graph holds one whole step of one batch");
-  EXPECT_EQ(with([](auto& d) { d.ema = true; }), "EMA: its decay changes with the step on the host");
+  EXPECT_EQ(with([](auto& d) { d.ema = true; }), "");  // the EMA's update follows each replay, on the device
   EXPECT_EQ(with([](auto& d) { d.world_size = 2; }), "2 processes: the data-parallel all-reduce runs from backward hooks and is not captured");
   EXPECT_EQ(with([](auto& d) { d.detect_anomaly = true; }), "train.detect_anomaly checks every tensor on the host");
   EXPECT_EQ(with([](auto& d) { d.oom_recovery = true; }),
@@ -44,6 +48,7 @@ TEST(StepGraphConditions, NameTheFirstReasonAStepCannotBeCaptured) {
 // op it refuses.
 struct Counts {
   int warm_ups = 0, captures = 0, replays = 0;
+  int replay_sleep_ms = 0;  // a replay slower than an eager step by this much (compile: auto's trial)
 };
 class CountingGraph final : public StepGraph {
  public:
@@ -59,6 +64,7 @@ class CountingGraph final : public StepGraph {
   }
   void replay() override {
     ++counts_->replays;
+    if (counts_->replay_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(counts_->replay_sleep_ms));
     twin_->replay();
   }
   std::string kind() const override { return twin_->kind(); }
@@ -79,6 +85,7 @@ struct Messages : obs::Sink {
 
 struct TrainedRun {
   std::vector<at::Tensor> params;
+  std::vector<at::Tensor> averaged;  // the EMA's weights, with ema
   FitResult result;
   std::int64_t optimizer_steps = 0;
   Counts counts;
@@ -86,7 +93,8 @@ struct TrainedRun {
 };
 
 // An MLP regression with AdamW (fused on the CPU), warm-up + cosine, clipping, `samples` samples in batches of 16.
-TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_capture = false, bool ema = false) {
+TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_capture = false, bool ema = false,
+                 std::int64_t accumulation = 1, const std::function<void(TrainerOptions&)>& tweak = {}, int replay_sleep_ms = 0) {
   torch::manual_seed(7);
   models::MlpOptions mo;
   mo.in_features = 8;
@@ -113,10 +121,13 @@ TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_cap
   o.oom_recovery = false;
   o.count_flops = false;
   o.log_every_n_steps = 4;
-  if (ema) o.ema = EmaOptions{};
+  o.accumulation_steps = accumulation;
+  if (ema) o.ema = EmaOptions{.decay = 0.9, .every_n_steps = 1, .start_step = 5};
+  if (tweak) tweak(o);
   TrainedRun run;
-  o.compile = compile == "cuda_graph" ? Compile::kCudaGraph : Compile::kOff;
-  if (compile == "cuda_graph") {
+  o.compile = compile == "cuda_graph" ? Compile::kCudaGraph : compile == "auto" ? Compile::kAuto : Compile::kOff;
+  run.counts.replay_sleep_ms = replay_sleep_ms;
+  if (compile != "off") {
     Counts* counts = &run.counts;
     o.step_graph_factory = [counts, fail_capture] { return std::make_unique<CountingGraph>(counts, fail_capture); };
   }
@@ -125,6 +136,9 @@ TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_cap
   run.result = trainer.fit(source);
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().clone());
   run.optimizer_steps = trainer.optimizer().steps();
+  if (trainer.ema()) {
+    for (const auto& [name, t] : trainer.ema()->averaged()) run.averaged.push_back(t.clone());
+  }
   return run;
 }
 
@@ -165,6 +179,25 @@ TEST(StepGraph, ABatchOfOtherShapesRunsEagerlyAndSaysSo) {
       << ::testing::PrintToString(graphed.messages->texts);
 }
 
+// Accumulation: the graph holds both micro-batches of a step (two sets of static inputs, each loss over 2, one
+// optimizer phase), and trains as the eager steps do; the epoch's last step, whose second batch is short, runs eagerly.
+TEST(StepGraph, AccumulatedStepsAreCapturedWhole) {
+  const TrainedRun eager = train("off", 160, false, false, /*accumulation=*/2);  // 5 steps of 2 x 16 an epoch
+  const TrainedRun graphed = train("cuda_graph", 160, false, false, 2);
+  expect_same_training(graphed, eager);
+  EXPECT_EQ(graphed.result.steps, 10);
+  EXPECT_EQ(graphed.counts.warm_ups, kStepGraphWarmup);
+  EXPECT_EQ(graphed.counts.captures, 1);
+  EXPECT_EQ(graphed.counts.replays, 10 - kStepGraphWarmup);
+  const TrainedRun short_eager = train("off", 150, false, false, 2);  // the 5th step: 16 + 6 samples
+  const TrainedRun short_graphed = train("cuda_graph", 150, false, false, 2);
+  expect_same_training(short_graphed, short_eager);
+  EXPECT_EQ(short_graphed.counts.warm_ups + short_graphed.counts.replays, 8);
+  EXPECT_TRUE(short_graphed.messages->has("optimizer step 5's batch (x [16, 8], y [16, 1]; x [6, 8], y [6, 1]) has other shapes than the "
+                                          "captured one (x [16, 8], y [16, 1]; x [16, 8], y [16, 1]): such steps run eagerly"))
+      << ::testing::PrintToString(short_graphed.messages->texts);
+}
+
 TEST(StepGraph, ACaptureThatFailsFallsBackToEagerStepsFromThatStep) {
   const TrainedRun eager = train("off", 160);
   const TrainedRun graphed = train("cuda_graph", 160, /*fail_capture=*/true);
@@ -177,10 +210,59 @@ TEST(StepGraph, ACaptureThatFailsFallsBackToEagerStepsFromThatStep) {
 }
 
 TEST(StepGraph, ARunThatCannotBeCapturedTrainsEagerlyAndSaysWhy) {
-  const TrainedRun graphed = train("cuda_graph", 160, false, /*ema=*/true);
+  const TrainedRun graphed = train("cuda_graph", 160, false, false, 1, [](TrainerOptions& o) { o.detect_anomaly = true; });
   EXPECT_EQ(graphed.counts.warm_ups + graphed.counts.captures + graphed.counts.replays, 0);
-  EXPECT_TRUE(graphed.messages->has("compile: cuda_graph: every step runs eagerly: EMA: its decay changes with the step on the host"));
+  EXPECT_TRUE(graphed.messages->has("compile: cuda_graph: every step runs eagerly: train.detect_anomaly checks every tensor on the host"));
   EXPECT_EQ(graphed.result.steps, 20);
+}
+
+// EMA under a graph: its update (copies before start_step, then averages weighted by the replay's skip flag) follows
+// each replay on the device, and the average is the eager run's.
+TEST(StepGraph, EmaFollowsEachReplayAsAfterEagerSteps) {
+  const TrainedRun eager = train("off", 160, false, /*ema=*/true);
+  const TrainedRun graphed = train("cuda_graph", 160, false, /*ema=*/true);
+  expect_same_training(graphed, eager);
+  EXPECT_EQ(graphed.counts.replays, 20 - kStepGraphWarmup);
+  ASSERT_EQ(graphed.averaged.size(), eager.averaged.size());
+  ASSERT_FALSE(eager.averaged.empty());
+  for (std::size_t i = 0; i < eager.averaged.size(); ++i) {
+    EXPECT_LT((graphed.averaged[i] - eager.averaged[i]).abs().max().item<double>(), 1e-5) << "EMA tensor " << i;
+  }
+  EXPECT_GT((eager.averaged[0] - eager.params[0]).abs().max().item<double>(), 1e-4);  // an average, not a copy
+}
+
+// compile: auto's verdict: the graph is kept when its replays took no longer than the eager steps, with both times,
+// the samples per second and the graph's memory in the message.
+TEST(StepGraph, TheTrialKeepsTheFasterWay) {
+  const StepGraphChoice faster = choose_step_graph(1.0, 2.0, 16, 100'000'000);
+  EXPECT_TRUE(faster.keep_graph);
+  EXPECT_EQ(faster.message, "compile: auto: 5 replays took 1.000 ms a step (16000 samples/s), 5 eager steps 2.000 ms (8000 samples/s); "
+                            "the graph holds 100.0 MB: the CUDA graph is kept (2.00x)");
+  const StepGraphChoice slower = choose_step_graph(3.0, 2.0, 16, -1);
+  EXPECT_FALSE(slower.keep_graph);
+  EXPECT_EQ(slower.message, "compile: auto: 5 replays took 3.000 ms a step (5333 samples/s), 5 eager steps 2.000 ms (8000 samples/s): "
+                            "eager steps from here on, the graph released");
+}
+
+// compile: auto in a trainer: after the warm-ups and the captured step, 5 replays and 5 eager steps are timed; replays
+// made 30 ms slower lose, the graph goes, and the rest of the run is eager. Training is the eager run's throughout.
+TEST(StepGraph, AutoTimesReplaysAgainstEagerStepsAndKeepsTheFaster) {
+  const TrainedRun eager = train("off", 160);
+  const TrainedRun slow = train("auto", 160, false, false, 1, {}, /*replay_sleep_ms=*/30);
+  expect_same_training(slow, eager);
+  EXPECT_EQ(slow.counts.warm_ups, kStepGraphWarmup);
+  EXPECT_EQ(slow.counts.captures, 1);
+  EXPECT_EQ(slow.counts.replays, 1 + kStepGraphTrialSteps);  // the captured step's, then the trial's; eager after
+  EXPECT_TRUE(slow.messages->has("compile: auto (eager twin): 3 warm-up steps, then step 4 is captured; 5 replays are timed against 5 "
+                                 "eager steps"))
+      << ::testing::PrintToString(slow.messages->texts);
+  EXPECT_TRUE(slow.messages->has("eager steps from here on, the graph released")) << ::testing::PrintToString(slow.messages->texts);
+  // Without the delay either may win on the CPU twin (the same work both ways); whichever is kept trains alike.
+  const TrainedRun either = train("auto", 160);
+  expect_same_training(either, eager);
+  EXPECT_TRUE(either.messages->has("compile: auto: 5 replays took")) << ::testing::PrintToString(either.messages->texts);
+  const bool kept = either.messages->has("the CUDA graph is kept");
+  EXPECT_EQ(either.counts.replays, kept ? 20 - kStepGraphWarmup - kStepGraphTrialSteps : 1 + kStepGraphTrialSteps);
 }
 
 }  // namespace step_graph_test

@@ -65,7 +65,8 @@ void EagerStep::forward_backward(const data::Batch& loaded, std::int64_t count, 
       try {
         // A part's loss weighs its share of the loaded batch: the mean over the batch, whatever the split.
         const double parts_per_step = static_cast<double>(count) * static_cast<double>(loaded.size) / static_cast<double>(parts[j]);
-        p_.strategy.backward(p_.precision.scale_loss(out.loss / parts_per_step));
+        // A whole step in one part divides by 1: no division and no DivBackward (x / 1 is x exactly, so nothing changes).
+        p_.strategy.backward(p_.precision.scale_loss(parts_per_step == 1.0 ? out.loss : out.loss / parts_per_step));
       } catch (const c10::Error& e) {
         if (!p_.options.detect_anomaly || report_current_exception().out_of_memory) throw;
         fail_backward(e, number);

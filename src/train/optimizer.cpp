@@ -330,6 +330,16 @@ void Optimizer::drop_state_since(const StateMark& mark) {
   }
 }
 
+namespace {
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || !a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense()) return false;
+  for (std::int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) != 1 && a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void Optimizer::update(const at::Tensor& found_inf) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
@@ -346,10 +356,10 @@ void Optimizer::update(const at::Tensor& found_inf) {
                     fmt::format("gradient of '{}' is on {}, the parameter on {}", group.names[i], grad.device().str(),
                                 p.device().str()),
                     "gradients must live with their parameters");
-      // The fused kernels walk param, grad and state as one flat array: same dtype and same strides.
-      if (grad.scalar_type() != p.scalar_type() || grad.strides() != p.strides()) {
-        grad = at::empty_like(p).copy_(grad);
-      }
+      // The fused kernels walk param, grad and state as one flat array: same dtype and the same layout, strides
+      // compared where a dimension has more than one element, as ATen's fast-path check does (a 1x1 convolution's
+      // channels_last weight and its contiguous gradient lie alike in memory: no copy every step).
+      if (grad.scalar_type() != p.scalar_type() || !same_dense_layout(grad, p)) grad = at::empty_like(p).copy_(grad);
       grads[i] = std::move(grad);
       active.push_back(i);
     }

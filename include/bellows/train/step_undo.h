@@ -21,7 +21,12 @@ class StepUndo {
   void restore() const;
 
  private:
-  std::vector<at::Tensor> live_, saved_;
+  // The buffers grouped by dtype and device: _foreach_copy_ takes its one-launch path only for tensors of one dtype
+  // on one device (ResNet-18's 60 BatchNorm buffers are float32 statistics and int64 counters: 2 copies, not 60).
+  struct Group {
+    std::vector<at::Tensor> live, saved;
+  };
+  std::vector<Group> groups_;
   StateDict rng_;
 };
 

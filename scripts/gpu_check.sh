@@ -3,6 +3,8 @@
 # that scripts/gpu_bundle.sh makes (no compiling on the GPU node) or from a build.
 #   scripts/gpu_check.sh OUT_DIR [--bundle DIR | --bin DIR] [--budget-s 330] [--steps 40] [--device cuda]
 #                        [--only GROUP,...] [--precisions fp32,bf16-mixed,fp16-mixed,tf32 (step 3's)]
+#                        [--workloads W5,W3,W4,W1,W2,W6,W7] [--peer-precisions fp32,bf16-mixed]
+#                        [--peer-modes eager,compile,reduce-overhead,max-autotune-no-cudagraphs] (steps 6 and 8)
 # (--device cpu runs the same steps on the CPU: a check of the script itself, not of a GPU.)
 # OUT_DIR receives every log, run folder and the summary (summary.md, results.json); the summary is also printed.
 # Steps, each bounded by `timeout` and by what is left of --budget-s (a step that would start with too little left
@@ -20,17 +22,31 @@
 #   7. a user's TorchScript model (examples/own-model: model.py scripts it with the node's PyTorch) in bf16-mixed,
 #      eager and as whole-step CUDA graphs; W3's Transformer traced on the CPU (peer.py --write-script) in fp32 and
 #      bf16-mixed, eager and as graphs
-#   6. peers: PyTorch on the same GPU (bench/peers/peer.py --device: the same model, config, batch size and steps; its
-#      own initial weights), eager for W5, W3, W4 and torch.compile for W5, W3, beside bellows' eager and CUDA-graph
-#      runs of the same workloads made in this step (W4 with the example's accumulation of 2, as the peer runs it)
-# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, oom, scripted, peers (the data is made when
-# needed).
+#   8. profile: a profiler trace with CUDA activity of W3 and W4 (fp32, eager, the examples' configs, constant
+#      learning rate): bellows' steps 20-25 (`bellows train --profile 20-25`) and the PyTorch peer's (peer.py under
+#      torch.profiler, bench/peers/step_profile.py peer), both reduced by bench/peers/step_profile.py to one table per
+#      optimizer step 21-25: host time, aten ops, kernels, memcpys by kind, synchronisations, GPU idle time
+#      (profile.md, profile.json, and in summary.md)
+#   6. peers: PyTorch on the same device (bench/peers/peer.py --device) for every workload of --workloads
+#      (W5,W3,W4,W1,W2,W6,W7), in each of --peer-precisions (fp32,bf16-mixed) and --peer-modes (eager, compile,
+#      reduce-overhead, max-autotune-no-cudagraphs), beside bellows eager (compile: off) and bellows' default (no
+#      compile key: what its plan picks), all from one initial-weights file (peer.py --write-init) on the same batches
+#      (data.shuffle=false, data.val_fraction=0, constant learning rate); first per workload an agreement step: eager
+#      PyTorch's first 10 losses against bellows' (10 steps, logged every step) within check.py's tolerance. Order:
+#      per workload init, eager peer, agreement; bellows' runs; the other precisions' eager runs; then per mode (the
+#      compilers, cheapest first) every precision and workload. compile_s (the peer's compilation) apart from
+#      samples/s of the timed steps. The peers table in summary.md has a column per mode and "bellows default / best
+#      PyTorch mode".
+# --only GROUP,... runs some of: machine, selftest, workloads, ddp, finder, oom, scripted, profile, peers (the data is
+# made when needed). --workloads W3,W5 restricts the peers and profile groups to those workloads (in that order).
 # LibTorch comes from the node's PyTorch (`python3 -c 'import torch'`, or $BELLOWS_CHECK_PYTHON): its lib folder
 # and the NVIDIA libraries beside it go on LD_LIBRARY_PATH, so a bundle built against the same torch version runs.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,scripted,peers
+out="" bundle="" bin="" budget=330 steps=40 device=cuda only=machine,selftest,workloads,ddp,finder,oom,scripted,profile,peers
 precisions="fp32 bf16-mixed fp16-mixed tf32"
+peer_workloads="W5 W3 W4 W1 W2 W6 W7" workloads_given=0 peer_precisions="fp32 bf16-mixed"
+peer_modes="eager compile reduce-overhead max-autotune-no-cudagraphs"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -40,6 +56,9 @@ while [ $# -gt 0 ]; do
     --device) device="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --precisions) precisions="${2//,/ }"; shift 2 ;;
+    --workloads) peer_workloads="${2//,/ }"; workloads_given=1; shift 2 ;;
+    --peer-precisions) peer_precisions="${2//,/ }"; shift 2 ;;
+    --peer-modes) peer_modes="${2//,/ }"; shift 2 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUT_DIR only" >&2; exit 2; }; out="$1"; shift ;;
   esac
@@ -107,7 +126,7 @@ fi
 
 # 3. The workloads. Data: the examples' --quick data (small; the runs repeat epochs).
 data="$out/data"
-wants workloads || wants peers || wants finder || wants ddp || wants oom || wants scripted && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
+wants workloads || wants peers || wants finder || wants ddp || wants oom || wants scripted || wants profile && step data 60 bash -c "'$bin/bellows_example_data' icon-diffusion '$data/icon-diffusion' --quick && \
   '$bin/bellows_example_data' temporal '$data/temporal' --quick && '$bin/bellows_example_data' cape-resnet '$data/cape-resnet' --quick"
 common=(output_dir="$out/runs" device="$device" train.epochs=100000 train.max_steps="$steps" train.log_every_n_steps=10
         train.eval_every_n_steps=0 checkpoint.every_n_steps=0)
@@ -195,32 +214,146 @@ JSON
   done
 fi
 
-# 6. Peers on the same GPU: PyTorch eager first, bellows, then torch.compile (its compilation is the slow part).
-declare -A peer_data=([W5]="$data/icon-diffusion/train.npz" [W3]="$data/temporal/series.npy" [W4]="$data/cape-resnet/train")
-if wants peers; then
-  for w in W5 W3 W4; do
-    step "peer-$w-eager" 90 "$python" "$here/bench/peers/peer.py" --workload "$w" --data "${peer_data[$w]}" --steps "$steps" \
-      --warmup 10 --device "$device" --json "$out/peer-$w-eager.json"
+# 8. Per-step profiles of W3 and W4, bellows beside the PyTorch peer (bench/peers/step_profile.py): fp32, eager, the
+#    examples' configs (W4 with its accumulation of 2, as the peer), a constant learning rate. bellows traces steps
+#    20-25 (step 21 then starts where step 20's optimizer ended, as in the peer's trace) and logs no step inside them.
+declare -A peer_data=([W1]="$data/temporal/features.csv" [W2]="$data/temporal/series.npy" [W3]="$data/temporal/series.npy"
+                      [W4]="$data/cape-resnet/train" [W5]="$data/icon-diffusion/train.npz"
+                      [W6]="$data/weather-gnn/regional_weather.nc" [W7]="$data/nli-encoder/train.tsv")
+declare -A peer_config=([W1]="$here/examples/temporal/mlp.yaml" [W2]="$here/examples/temporal/lstm.yaml"
+                        [W3]="$here/examples/temporal/transformer.yaml" [W4]="$here/examples/cape-resnet/config.yaml"
+                        [W5]="$here/examples/icon-diffusion/config.yaml" [W6]="$here/examples/weather-gnn/config.yaml"
+                        [W7]="$here/examples/nli-encoder/config.yaml")
+sp="$here/bench/peers/step_profile.py"
+if wants profile; then
+  profiled=()
+  for w in W3 W4; do
+    [ "$workloads_given" = 0 ] || [[ " $peer_workloads " == *" $w "* ]] && profiled+=("$w")
   done
-  for w in W5 W3; do
-    for c in off cuda_graph; do
-      # shellcheck disable=SC2086
-      step "bellows-$w-$c" 60 "$bin/bellows" train "${config[$w]}" "${common[@]}" ${extra[$w]} precision=fp32 compile="$c" \
-        schedule.type=constant train.max_steps=$((steps + 10)) name="bellows-$w-$c"
+  for w in "${profiled[@]}"; do
+    run_extra=(data.val_fraction=0)
+    [ "$w" = W4 ] && run_extra+=('data.val_path=""')  # as the peer: no validation set (an epoch is 5 steps there)
+    step "profile-$w-bellows" 150 "$bin/bellows" train "${peer_config[$w]}" --profile 20-25 output_dir="$out/runs" \
+      device="$device" train.epochs=100000 train.max_steps=25 train.log_every_n_steps=50 train.eval_every_n_steps=0 \
+      checkpoint.enabled=false data.path="${peer_data[$w]}" "${run_extra[@]}" precision=fp32 compile=off \
+      schedule.type=constant name="profile-$w-bellows"
+    step "profile-$w-bellows-reduce" 60 "$python" "$sp" trace "$out/runs/profile-$w-bellows/trace.json" --first-step 20 \
+      --steps 21-25 --system bellows --json "$out/profile-$w-bellows.json"
+    step "profile-$w-pytorch" 150 "$python" "$sp" peer --steps 21-25 --save-trace "$out/profile-$w-pytorch.trace.json" \
+      --json "$out/profile-$w-pytorch.json" -- --workload "$w" --data "${peer_data[$w]}" --steps 5 --warmup 20 --device "$device"
+  done
+  table_args=()
+  for w in "${profiled[@]}"; do table_args+=("$w" "$out/profile-$w-bellows.json" "$out/profile-$w-pytorch.json"); done
+  [ ${#profiled[@]} -gt 0 ] && step profile-table 60 "$python" "$sp" table "$out/profile" "${table_args[@]}"
+fi
+
+# 6. Peers on the same device: PyTorch (bench/peers/peer.py) and bellows from one initial-weights file, on the same
+#    batches. The agreement: eager PyTorch's first 10 losses (its fp32 eager run's) against a 10-step bellows run
+#    logged every step, within bench/peers/check.py's tolerance (fp32 1e-5, bf16-mixed 1e-2, relative).
+# shellcheck disable=SC2016
+agree_py='
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import check  # bench/peers/check.py: TOLERANCE, rel
+workload, precision, metrics, peer_json, out = sys.argv[2:7]
+steps = {}
+for line in open(metrics):
+    r = json.loads(line)
+    if r.get("type") == "train":
+        steps[r["step"]] = r["loss"]
+ours = [steps.get(s) for s in range(1, 11)]
+theirs = json.load(open(peer_json))["losses"][:10]
+tol = check.TOLERANCE[precision]
+pairs = [(s, a, b) for s, (a, b) in enumerate(zip(ours, theirs), 1)]
+bad = [p for p in pairs if p[1] is None or not check.rel(p[1], p[2]) <= tol]
+worst = max((check.rel(a, b) for _, a, b in pairs if a is not None), default=float("nan"))
+result = {"workload": workload, "precision": precision, "steps": len(pairs), "max_rel": worst, "tolerance": tol,
+          "agree": len(pairs) == 10 and not bad, "bellows": ours, "pytorch": theirs,
+          "first_disagreement": None if not bad else {"step": bad[0][0], "bellows": bad[0][1], "pytorch": bad[0][2]}}
+json.dump(result, open(out, "w"), indent=1)
+for s, a, b in pairs:
+    r = check.rel(a, b) if a is not None else float("nan")
+    print(f"step {s:2d}  bellows {a!r}  pytorch {b!r}  rel {r:.3g}")
+print(f"{workload} {precision}: {len(pairs)} steps, max relative difference {worst:.3g} (tolerance {tol:g}): "
+      + ("agree" if result["agree"] else f"DISAGREE at step {bad[0][0] if bad else len(pairs) + 1}"))
+sys.exit(0 if result["agree"] else 1)
+'
+if wants peers; then
+  pd="$out/peers"
+  mkdir -p "$pd"
+  if [[ " $peer_workloads " == *" W6 "* || " $peer_workloads " == *" W7 "* ]]; then
+    step data-peers 60 bash -c "'$bin/bellows_example_data' weather-gnn '$data/weather-gnn' --quick && \
+      '$bin/bellows_example_data' nli-encoder '$data/nli-encoder' --quick"
+  fi
+  # W6's peer opens the netCDF C library through ctypes ("libnetcdf.so"): on a node without it, the bundle's copy.
+  if [[ " $peer_workloads " == *" W6 "* ]] && ! "$python" -c 'import ctypes.util, sys; sys.exit(ctypes.util.find_library("netcdf") is None)' 2>/dev/null; then
+    nc_lib=$(ls "$bin"/../lib/libnetcdf.so* 2>/dev/null | head -1)
+    if [ -n "$nc_lib" ]; then
+      mkdir -p "$pd/lib" && ln -sf "$nc_lib" "$pd/lib/libnetcdf.so" && export LD_LIBRARY_PATH="$pd/lib:$LD_LIBRARY_PATH"
+    fi
+  fi
+  # Each workload's bellows overrides (peer.py WORKLOADS: W5 ema.enabled=false, W4 data.val_path=""), one per line.
+  declare -A peer_over=()
+  while IFS=$'\t' read -r w o; do peer_over[$w]="$o"; done < <("$python" -c '
+import sys; sys.path.insert(0, sys.argv[1]); import peer
+for k, w in peer.WORKLOADS.items(): print(k + "\t" + "\x1f".join(w.bellows_overrides))' "$here/bench/peers" 2>"$pd/workloads.log")
+  masks=()  # PyTorch's dropout draws where this bellows has the key (check.py torch_masks): W3 and W7 agree bitwise
+  [[ $'\n'"$("$bin/bellows" config keys 2>/dev/null)" == *$'\n'"dropout_masks "* ]] && masks=(dropout_masks=torch)  # not grep -q: pipefail
+  agree_precision=${peer_precisions%% *}
+  [[ " $peer_modes " == *" eager "* ]] || peer_modes="eager $peer_modes"  # the agreement needs it
+  # bellows_run NAME WORKLOAD PRECISION KEY=VALUE...: the workload's example config from the workload's init file.
+  bellows_run() {
+    local name="$1" w="$2" p="$3"; shift 3
+    local over=()
+    [ -n "${peer_over[$w]:-}" ] && IFS=$'\x1f' read -r -a over <<<"${peer_over[$w]}"
+    step "$name" 90 "$bin/bellows" train "${peer_config[$w]}" output_dir="$out/runs" device="$device" train.epochs=100000 \
+      train.eval_every_n_steps=0 checkpoint.enabled=false data.path="${peer_data[$w]}" data.shuffle=false data.val_fraction=0 \
+      schedule.type=constant schedule.warmup_steps=0 init_weights="$pd/$w-init.safetensors" "${masks[@]}" "${over[@]}" \
+      precision="$p" "$@" name="$name"
+  }
+  peer_run() {  # peer_run WORKLOAD PRECISION MODE LIMIT_S
+    local w="$1" p="$2" m="$3"
+    step "peer-$w-$p-$m" "$4" "$python" "$here/bench/peers/peer.py" --workload "$w" --data "${peer_data[$w]}" \
+      --init "$pd/$w-init.safetensors" --steps "$steps" --warmup 10 --device "$device" --precision "$p" --mode "$m" \
+      --json "$out/peer-$w-$p-$m.json"
+  }
+  # Per workload: the initial weights (W7 first trains its vocabulary, as check.py does), eager PyTorch, the agreement.
+  for w in $peer_workloads; do
+    if [ "$w" = W7 ]; then  # the vocabulary the peer reads beside the data (DATA.spm-bpe-512.model): a 1-step run
+      step peers-W7-vocabulary 90 "$bin/bellows" train "${peer_config[W7]}" output_dir="$out/runs" name=peers-W7-vocabulary \
+        data.path="${peer_data[W7]}" data.val_fraction=0 train.max_steps=1 checkpoint.enabled=false device="$device"
+    fi
+    step "peers-$w-init" 60 "$python" "$here/bench/peers/peer.py" --workload "$w" --data "${peer_data[$w]}" \
+      --write-init "$pd/$w-init.safetensors"
+    peer_run "$w" "$agree_precision" eager 120
+    bellows_run "bellows-$w-agree" "$w" "$agree_precision" compile=off train.max_steps=10 train.log_every_n_steps=1
+    step "agree-$w" 30 "$python" -c "$agree_py" "$here/bench/peers" "$w" "$agree_precision" \
+      "$out/runs/bellows-$w-agree/metrics.jsonl" "$out/peer-$w-$agree_precision-eager.json" "$out/agree-$w.json"
+  done
+  # bellows eager and default, then the other precisions' eager runs.
+  for p in $peer_precisions; do
+    for w in $peer_workloads; do
+      [ "$p" = "$agree_precision" ] || peer_run "$w" "$p" eager 120
+      bellows_run "bellows-$w-$p-off" "$w" "$p" compile=off train.max_steps=$((steps + 10)) train.log_every_n_steps=10
+      bellows_run "bellows-$w-$p-default" "$w" "$p" train.max_steps=$((steps + 10)) train.log_every_n_steps=10
     done
   done
-  step "bellows-W4-off" 60 "$bin/bellows" train "${config[W4]}" "${common[@]}" data.path="$data/cape-resnet/train" \
-    data.val_path="$data/cape-resnet/val" precision=fp32 schedule.type=constant train.max_steps=$((steps + 10)) name=bellows-W4-off
-  for w in W5 W3; do
-    step "peer-$w-compile" 150 "$python" "$here/bench/peers/peer.py" --workload "$w" --data "${peer_data[$w]}" --steps "$steps" \
-      --warmup 10 --device "$device" --mode compile --json "$out/peer-$w-compile.json"
+  # The compilers, the quickest to compile first; each mode in every precision and workload before the next.
+  for m in $peer_modes; do
+    [ "$m" = eager ] && continue
+    limit=180
+    [ "$m" = max-autotune-no-cudagraphs ] && limit=300
+    for p in $peer_precisions; do
+      for w in $peer_workloads; do peer_run "$w" "$p" "$m" "$limit"; done
+    done
   done
 fi
 
 # The summary: per step its status; per training run the plan's choices and what it measured.
-"$python" - "$out" <<'PY'
+"$python" - "$out" "$peer_workloads" "$peer_precisions" "$peer_modes" <<'PY'
 import csv, json, os, sys
 out = sys.argv[1]
+peer_workloads, peer_precisions, peer_modes = (a.split() for a in sys.argv[2:5])
 rows = list(csv.DictReader(open(os.path.join(out, "results.tsv")), delimiter="\t"))
 runs = {}
 for r in rows:
@@ -245,18 +378,25 @@ for r in rows:
             info["summary"] = rec.get("summary", {})
         elif "samples_per_s" in rec:
             info["samples_per_s"] = rec["samples_per_s"]
+            # The peers' window: their 10 warm-up steps are not timed, so bellows' records after step 10 are (each of
+            # log_every_n_steps steps of equal samples: their harmonic mean is samples over time).
+            if rec.get("step", 0) > 10 and rec["samples_per_s"]:
+                info.setdefault("timed", []).append(rec["samples_per_s"])
             info["loss"] = rec.get("loss")
             info["mem_peak_mb"] = rec.get("mem_peak_mb")
             info["step"] = rec.get("step")
             info["step_ms"] = rec.get("step_time_ms")
             info["mfu"] = rec.get("mfu")
+    if info.get("timed"):
+        info["samples_per_s_after_warmup"] = len(info["timed"]) / sum(1.0 / v for v in info["timed"])
     runs[r["step"]] = info
 for r in rows:  # the PyTorch peers: their own JSON (bench/peers/peer.py)
     pj = os.path.join(out, r["step"] + ".json")
     if r["step"].startswith("peer-") and os.path.exists(pj):
         p = json.load(open(pj))
         runs[r["step"]] = {"precision": p.get("precision"), "compile": p.get("mode"), "samples_per_s": p.get("samples_per_s"),
-                           "step_ms": p.get("step_ms"), "loss": (p.get("losses") or [None])[-1], "messages": []}
+                           "step_ms": p.get("step_ms"), "loss": (p.get("losses") or [None])[-1], "messages": [],
+                           "compile_s": p.get("compile_s"), "first_step_s": p.get("first_step_s")}
 json.dump({"steps": rows, "runs": runs}, open(os.path.join(out, "results.json"), "w"), indent=1)
 lines = ["| step | status | s | precision | compile | samples/s (last window) | ms/step | MFU | peak MiB | loss | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
@@ -279,6 +419,57 @@ else:
     lines += [f"| {c['name']} | {c['status']} | {c['seconds']:.2f} | {c['detail'][:160]} |" for c in st["checks"]]
   except (OSError, ValueError, KeyError) as e:
     lines += ["", f"selftest: no JSON report ({e}); see selftest.log"]
+# The peers: per workload and precision, samples/s of each PyTorch mode (its compile time apart), bellows eager and
+# bellows' default, the agreement of the eager losses.
+status = {r["step"]: r["status"] for r in rows}
+if any(k.startswith("peer-") for k in status):
+    def sps(step):
+        i = runs.get(step)
+        if not i or status.get(step) != "pass":
+            return None
+        return i.get("samples_per_s_after_warmup") or i.get("samples_per_s")  # bellows: the peer's window
+    head = ["workload", "precision", "agreement (eager, 10 steps)"] + [f"PyTorch {m}" for m in peer_modes] + [
+        "bellows eager", "bellows default (compile)", "bellows eager / PyTorch eager", "bellows default / best PyTorch mode"]
+    lines += ["", "Peers (samples/s of the timed steps; a compiling mode's compilation in seconds apart):", "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    peers_json = []
+    for w in peer_workloads:
+        try:
+            ag = json.load(open(os.path.join(out, f"agree-{w}.json")))
+            agree = f"{'agrees' if ag['agree'] else 'DISAGREES'} ({ag['precision']}, max rel {ag['max_rel']:.2g}, tol {ag['tolerance']:g})"
+        except (OSError, ValueError, KeyError):
+            ag, agree = None, status.get(f"agree-{w}", "not run")
+        for p in peer_precisions:
+            if ag and p != ag.get("precision"):
+                agree = f"(in {ag['precision']})"
+            cells, best, row = [], None, {"workload": w, "precision": p, "agreement": ag, "pytorch": {}}
+            for m in peer_modes:
+                step = f"peer-{w}-{p}-{m}"
+                v = sps(step)
+                c = (runs.get(step) or {}).get("compile_s")
+                row["pytorch"][m] = {"samples_per_s": v, "compile_s": c, "status": status.get(step, "not run")}
+                if v is None:
+                    cells.append(status.get(step, "not run"))
+                    continue
+                cells.append(f"{v:,.0f}" + (f" ({c:.0f} s compile)" if c is not None and m != "eager" else ""))
+                if best is None or v > best[1]:
+                    best = (m, v)
+            eager_b, default_b = sps(f"bellows-{w}-{p}-off"), sps(f"bellows-{w}-{p}-default")
+            chosen = (runs.get(f"bellows-{w}-{p}-default") or {}).get("compile", "")
+            eager_p = row["pytorch"].get("eager", {}).get("samples_per_s")
+            row.update(bellows_eager=eager_b, bellows_default=default_b, bellows_default_compile=chosen, best_pytorch=best)
+            peers_json.append(row)
+            if not any(v is not None for v in [eager_b, default_b] + [x["samples_per_s"] for x in row["pytorch"].values()]):
+                continue  # nothing ran for this precision
+            ratio_e = f"{eager_b / eager_p:.2f}" if eager_b and eager_p else ""
+            ratio_d = f"{default_b / best[1]:.2f} (vs {best[0]})" if default_b and best else ""
+            lines.append(f"| {w} | {p} | {agree} | " + " | ".join(cells) + f" | {f'{eager_b:,.0f}' if eager_b else status.get(f'bellows-{w}-{p}-off', 'not run')}"
+                         f" | {f'{default_b:,.0f} ({chosen})' if default_b else status.get(f'bellows-{w}-{p}-default', 'not run')} | {ratio_e} | {ratio_d} |")
+    json.dump(peers_json, open(os.path.join(out, "peers.json"), "w"), indent=1)
+# The per-step profiles (bench/peers/step_profile.py table).
+if os.path.exists(os.path.join(out, "profile.md")):
+    lines += ["", "Per optimizer step, bellows beside PyTorch (fp32, eager; bench/peers/step_profile.py):", ""]
+    lines += open(os.path.join(out, "profile.md")).read().rstrip("\n").split("\n")
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "summary.md"), "w").write(text)
 print(text)

@@ -3,6 +3,7 @@
 # agree within the precision's tolerance (fp32 1e-5 relative, bf16-mixed 1e-2). Exits 1 naming the workload,
 # the step and both values at the first disagreement, 2 when a run fails.
 #   check.py W1 W3 W5 [--precision fp32 --precision bf16-mixed] [--steps 10] [--threads 2] [--data-root DIR]
+#   check.py W1 W3 W4 W5 --twin    the host-bound twins (peer.py TWINS: the peer's --twin, bellows with their overrides)
 # Without --data-root the examples' --quick data is generated (build/bin/bellows_example_data) under --work.
 import argparse
 import json
@@ -59,8 +60,22 @@ def torch_masks(args):
     return torch_masks.args
 
 
+def twin(args):
+    return getattr(args, "twin", False)  # run.py passes its own namespace, which has no --twin
+
+
+def workload_of(workload, args):
+    """The peer's Workload: the example's, or with --twin its host-bound twin."""
+    return (peer.TWINS if twin(args) else peer.WORKLOADS)[workload]
+
+
+def init_path(workload, args):
+    """The initial-weights file check() writes (run.py and host_twins.py start their trials from it)."""
+    return os.path.join(args.work, f"{workload}{'-twin' if twin(args) else ''}-init.safetensors")
+
+
 def bellows_losses(workload, precision, init, data, args, tag):
-    w = peer.WORKLOADS[workload]
+    w = workload_of(workload, args)
     out = os.path.join(args.work, "runs")
     name = f"{workload}-{precision}-{tag}"
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
@@ -92,7 +107,8 @@ def peer_losses(workload, precision, init, data, args, tag):
 
 
 def peer_flags(args):
-    return [*(["--cpp-linear"] if args.cpp_linear else []), *(["--unfreeze-encoder"] if args.unfreeze_encoder else [])]
+    return [*(["--cpp-linear"] if args.cpp_linear else []), *(["--unfreeze-encoder"] if args.unfreeze_encoder else []),
+            *(["--twin"] if twin(args) else [])]
 
 
 def rel(a, b):
@@ -115,16 +131,17 @@ def check(workload, precision, args):
     data = data_path(workload, args)
     if workload == "W7":
         ensure_vocabulary(data, args)
-    tag = "check"
-    init = os.path.join(args.work, f"{workload}-init.safetensors")
+    tag = "check-twin" if twin(args) else "check"
+    init = init_path(workload, args)
     run([args.python, os.path.join(HERE, "peer.py"), "--workload", workload, "--data", data, "--write-init", init,
          *peer_flags(args)],
-        os.path.join(args.work, f"{workload}-init.log"))
+        os.path.join(args.work, f"{workload}{'-twin' if twin(args) else ''}-init.log"))
     ours, bellows_cmd = bellows_losses(workload, precision, init, data, args, tag)
     theirs, peer_cmd = peer_losses(workload, precision, init, data, args, tag)
     tol = args.tolerance or TOLERANCE[precision]
     worst = max(rel(a, b) for a, b in zip(ours, theirs))
-    print(f"{workload} {precision} ({args.steps} steps, {args.threads} threads{', cpp-linear' if args.cpp_linear else ''}): "
+    print(f"{workload}{' twin' if twin(args) else ''} {precision} ({args.steps} steps, {args.threads} threads"
+          f"{', cpp-linear' if args.cpp_linear else ''}): "
           f"max relative difference "
           f"{worst:.3g} (tolerance {tol:g})", flush=True)
     if args.verbose:
@@ -155,8 +172,11 @@ def main():
                     help="run the peer with LibTorch's torch::nn::Linear forward: for bellows builds before commit "
                          "ed3a21b, whose models used it (see peer.py CppLinear)")
     ap.add_argument("--unfreeze-encoder", action="store_true", help="W7: train the encoder too")
+    ap.add_argument("--twin", action="store_true", help="the host-bound twins (peer.py TWINS: W1, W3, W4, W5)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the commands and every step's losses")
     args = ap.parse_args()
+    if args.twin and set(args.workloads) - set(peer.TWINS):
+        ap.error(f"--twin: no host-bound twin for {', '.join(sorted(set(args.workloads) - set(peer.TWINS)))}")
     os.makedirs(args.work, exist_ok=True)
     failed = []
     for workload in args.workloads:

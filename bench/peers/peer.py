@@ -5,7 +5,13 @@
 # clipping and accumulation where the example config has them, and a constant learning rate.
 #   peer.py --workload W1 --data features.csv --write-init init.safetensors      (seeded init, then exit)
 #   peer.py --workload W1 --data features.csv --init init.safetensors --steps 50 --warmup 5 \
-#           --mode eager|compile --precision fp32|bf16-mixed --threads 2 --json out.json
+#           --mode eager|compile|reduce-overhead|max-autotune-no-cudagraphs --precision fp32|bf16-mixed \
+#           --threads 2 --json out.json
+#   peer.py --workload W3 --twin ...   the workload's host-bound twin (TWINS: W1, W3, W4, W5 shrunk until a step is
+#                                      mostly launch and dispatch; bench/peers/host_twins.py)
+# --mode compile is torch.compile's default mode; reduce-overhead and max-autotune-no-cudagraphs are torch.compile's
+# modes of those names (reduce-overhead's CUDA graphs apply on CUDA only: on a CPU it compiles as the default does,
+# without graphs). Every compiled mode reports compile_s apart from the steady state (see main()).
 # Random draws (W3's dropout, W5's timesteps and noise, W7's head dropout) come from the global CPU generator
 # seeded with the run's seed (0) before the model is built, whose construction draws as bellows' does, in the
 # order bellows draws them (src/app/run.cpp, src/models/ddpm.cpp), so eager runs give bellows' losses step for
@@ -34,6 +40,8 @@ import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 _IMPORT_S = time.perf_counter() - _T_SCRIPT
+
+MODES = ("eager", "compile", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 # Names exempt from weight decay besides every tensor of <= 1 dimension: bellows' optim.no_decay default
 # (src/app/schema.cpp, src/train/optimizer.cpp no_decay()).
@@ -761,7 +769,8 @@ def decode_pngs(files):
 
 
 class ImageFolderBatches:
-    """src/data/image_folder.cpp with the example's settings (no resize or crop; hflip): classes are the sorted
+    """src/data/image_folder.cpp with the example's settings (no resize or crop; hflip), or a center crop (data.images.crop
+    with random_crop=false: top (H - h) // 2, left (W - w) // 2, no draw; W4's twin): classes are the sorted
     subfolders, files sorted below each; uint8 HWC -> CHW; in training each sample flips with the first draw of
     SampleRandom(mix_seed(epoch_seed, index)), epoch_seed = mix_seed(mix_seed(seed, 0xA11CE), epoch) (loader.cpp);
     then x = addcmul(shift, x, scale) in float32 (finish_on_device), channels_last where the run uses it."""
@@ -769,7 +778,7 @@ class ImageFolderBatches:
     EXT = (".png", ".jpg", ".jpeg")
 
     def __init__(self, root, batch_size, seed=0, hflip=True, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-                 channels_last=True):
+                 channels_last=True, crop=None):
         classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
         files, labels = [], []
         for label, cls in enumerate(classes):
@@ -787,7 +796,13 @@ class ImageFolderBatches:
             hwc = torch.from_numpy(np.stack([np.asarray(Image.open(p).convert("RGB")) for p in paths]))
         except ImportError:
             hwc = decode_pngs(paths)
-        self.images = hwc.permute(0, 3, 1, 2).contiguous()  # uint8 [N, C, H, W]
+        chw = hwc.permute(0, 3, 1, 2)  # uint8 [N, C, H, W]
+        if crop:  # the center crop, before the flip (image_folder.cpp: crop, then flip)
+            (ch, cw), (h, w) = crop, chw.shape[-2:]
+            if ch > h or cw > w:
+                raise ValueError(f"{root}: images of {h}x{w} are smaller than the crop {ch}x{cw}")
+            chw = chw[:, :, (h - ch) // 2:(h - ch) // 2 + ch, (w - cw) // 2:(w - cw) // 2 + cw]
+        self.images = chw.contiguous()
         self.labels = torch.tensor(labels, dtype=torch.long)
         self.n, self.batch_size, self.seed, self.hflip = len(files), batch_size, seed, hflip
         self.per_epoch = (self.n + batch_size - 1) // batch_size
@@ -1307,6 +1322,52 @@ WORKLOADS = {
 }
 
 
+# Host-bound twins (issue 43): W1, W3, W4 and W5 shrunk until a step costs mostly host time (launch and dispatch),
+# with the overrides that make `bellows train` on the same example config build the identical model (same
+# state_dict names and shapes: one init file loads in both) on the same batches. bench/peers/host_twins.py times
+# them on one thread; check.py --twin checks their losses.
+def _w3_twin_load(path, batch_size, batches_needed):
+    return WindowBatches(read_series(path), 8, 1, 4, [0, 1, 2, 3], batch_size, batches_needed)
+
+
+# Center crop of the (--quick: 64x64) images: the stem gives 12x12, the max pool 6x6, layer2 3x3, layer3 2x2, layer4
+# 1x1. The model accepts smaller ones, but at 16x16 (4x4 after the pool) the fp32 losses part from step 2 (1.1e-5 at
+# batch 2, 0.13 by step 10 at batch 4: some kernel differs at those sizes); at 24, 32, 48 and 64 they agree bitwise.
+W4_TWIN_CROP = 24
+
+
+def _w4_twin_load(path, batch_size, batches_needed):
+    return ImageFolderBatches(path, batch_size, seed=0, hflip=True, channels_last=True,
+                              crop=(W4_TWIN_CROP, W4_TWIN_CROP))
+
+
+TWINS = {
+    # MLP 64 -> 16 -> 16 -> 1, batch 4
+    "W1": Workload("tabular-mlp-twin", "examples/temporal/mlp.yaml", "regression", 4, 1e-3, 0.01,
+                   lambda path: Mlp(64, (16, 16), 1), _w1_load, flops_mlp(64, (16, 16), 1),
+                   bellows_overrides=["model.hidden=[16,16]", "data.batch_size=4"]),
+    # issue 43's: d_model 16, 2 heads, 2 layers, ff 32, windows of 8 (max_len 8), batch 4; dropout 0.1 kept
+    "W3": Workload("temporal-transformer-twin", "examples/temporal/transformer.yaml", "regression", 4, 3e-4, 0.01,
+                   lambda path: SequenceTransformer(16, 16, 2, 2, 32, 0.1, 8, 16), _w3_twin_load,
+                   flops_transformer(16, 16, 2, 32, 8, 16),
+                   bellows_overrides=["model.d_model=16", "model.heads=2", "model.layers=2", "model.ff=32",
+                                      "model.max_len=8", "data.window.length=8", "data.batch_size=4"]),
+    # DDPM with hidden 16 (time embedding 32, 2 layers, T = 50 as W5), batch 4
+    "W5": Workload("icon-diffusion-twin", "examples/icon-diffusion/config.yaml", "ddpm", 4, 2e-3, 0.0,
+                   lambda path: Ddpm(7, 256, 16, 2, 32, 50), _w5_load, flops_ddpm(7, 256, 16, 2, 32),
+                   bellows_overrides=["ema.enabled=false", "model.hidden=16", "data.batch_size=4"]),
+    # ResNet-18 at the narrowest width bellows allows (model.width 0.125: 8 channels in the first stage, 64 in the
+    # last), 24x24 center crops, micro-batches of 2; the example's accumulation 2, clipping 1 and channels_last
+    "W4": Workload("cape-resnet-twin", "examples/cape-resnet/config.yaml", "classification", 2, 2e-3, 0.05,
+                   lambda path: ResNet(18, 10, 3, 8), _w4_twin_load,
+                   lambda data: flops_resnet(18, 10, data.images.size(-1), 3, 8), clip_max_norm=1.0, accumulation=2,
+                   channels_last=True,
+                   bellows_overrides=['data.val_path=""', "model.width=0.125", "data.batch_size=2",
+                                      f"data.images.crop=[{W4_TWIN_CROP},{W4_TWIN_CROP}]",
+                                      "data.images.random_crop=false"]),
+}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------------------------
@@ -1355,7 +1416,10 @@ def main(argv=None):
     ap.add_argument("--init", metavar="FILE", help="start from these weights (safetensors, strict)")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=0, help="untimed optimizer steps before the timed ones")
-    ap.add_argument("--mode", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--mode", choices=MODES, default="eager",
+                    help="eager; compile (torch.compile's default mode); reduce-overhead, max-autotune-no-cudagraphs "
+                         "(torch.compile(mode=...))")
+    ap.add_argument("--twin", action="store_true", help="the workload's host-bound twin (TWINS: W1, W3, W4, W5)")
     ap.add_argument("--cold-compile", action="store_true",
                     help="compile without inductor's on-disk caches (else a second run reuses the first's kernels)")
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
@@ -1371,10 +1435,22 @@ def main(argv=None):
     ap.add_argument("--tokenizer", help="W7: SentencePiece .model (default: DATA.spm-bpe-512.model, bellows' cache)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (scripts/gpu_check.sh runs the peers on a GPU)")
     ap.add_argument("--json", metavar="OUT", help="write the results here")
+    ap.add_argument("--backends", choices=("bellows", "torch"), default="bellows",
+                    help="CUDA library settings: bellows (what its plan sets for the precision: cuDNN benchmark on, TF32 off "
+                         "under fp32; like with like) or torch (PyTorch's defaults: benchmark off, cuDNN TF32 on)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and args.backends == "bellows":
+        # bellows' plan: cudnn_benchmark auto is on for CUDA (src/plan/plan.cpp); the fp32 policy turns TF32 off in
+        # cuBLAS and cuDNN, bf16-mixed leaves both as PyTorch has them (src/precision/policies/).
+        torch.backends.cudnn.benchmark = True
+        if args.precision == "fp32":
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
 
-    w = WORKLOADS[args.workload]
+    if args.twin and args.workload not in TWINS:
+        ap.error(f"--twin: {args.workload} has no host-bound twin ({', '.join(sorted(TWINS))})")
+    w = (TWINS if args.twin else WORKLOADS)[args.workload]
     if args.cpp_linear:
         LINEAR["cls"] = CppLinear
     W7_OPTIONS.update(frozen=not args.unfreeze_encoder, tokenizer=args.tokenizer)
@@ -1417,7 +1493,15 @@ def main(argv=None):
     plan = step_plan(total, data.per_epoch, w.accumulation)
     data.prepare([(epoch, k) for epoch, ks in plan for k in ks])
     objective = Objective(model, w.kind)
-    step_fn = torch.compile(objective) if args.mode == "compile" else objective
+    if args.mode == "eager":
+        step_fn = objective
+    elif args.mode == "compile":
+        step_fn = torch.compile(objective)
+    else:
+        step_fn = torch.compile(objective, mode=args.mode)
+    # reduce-overhead on CUDA: CUDA graph trees; each forward starts a new generation (the previous step's outputs,
+    # the loss, have been read or copied by then). On a CPU the mode compiles without graphs.
+    mark_step = args.mode == "reduce-overhead"
     optimizer, params = make_optimizer(model, w, lr)
     bf16 = args.precision == "bf16-mixed"
 
@@ -1432,6 +1516,8 @@ def main(argv=None):
                 t = torch.randint(0, model.steps, (x0.size(0),), dtype=torch.long, device=x0.device)
                 noise = torch.randn_like(x0)
                 tensors = (x0, context, t, noise)
+            if mark_step:
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = step_fn(*tensors)
             (loss / float(len(batches)) if len(batches) > 1 else loss).backward()
@@ -1444,7 +1530,7 @@ def main(argv=None):
         optimizer.zero_grad(set_to_none=True)
         return loss_sum.item() / len(batches), samples  # the step's record: the mean of its micro-batch losses
 
-    losses, times, samples = [], [], []
+    losses, times, samples, all_times = [], [], [], []
     first_step_s = startup_s = None
     for k, (epoch, batches) in enumerate(plan):
         t0 = time.perf_counter()
@@ -1454,11 +1540,18 @@ def main(argv=None):
             first_step_s = dt
             startup_s = time.time() - process_start_wall()
         losses.append(loss)
+        all_times.append(dt)
         if k >= args.warmup:
             times.append(dt)
             samples.append(n)
 
     timed_s = sum(times)
+    # Compilation (and, under reduce-overhead on CUDA, the graphs' warm-up and capture, which take the first two or
+    # three calls) happens in the first steps: compile_s is what the warm-up steps (the first step when --warmup is
+    # 0) took beyond as many steady-state steps (the median timed step), for every compiled mode; None for eager.
+    warm = all_times[:max(args.warmup, 1)]
+    steady = statistics.median(times) if times else 0.0
+    compile_s = max(0.0, sum(warm) - len(warm) * steady) if args.mode != "eager" and warm else None
     if args.workload == "W6":
         flops = flops_gnn(model.graph, model.in_channels, model.out_channels, model.latent, len(model.processor))
     elif args.workload == "W7":  # the mean over the timed steps' samples, each at its batch's padded length
@@ -1468,13 +1561,18 @@ def main(argv=None):
         flops = w.flops(data) if callable(w.flops) else w.flops
     result = {
         "workload": args.workload, "name": w.name, "system": f"pytorch-{args.mode}", "mode": args.mode,
+        "twin": args.twin, "compiled": args.mode != "eager",
+        "cudagraphs": args.mode == "reduce-overhead" and device.type == "cuda",
         "precision": args.precision, "threads": args.threads, "device": str(device), "cpp_linear": args.cpp_linear,
+        "backends": args.backends, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "batch_size": batch_size, "accumulation": w.accumulation, "lr": lr,
         "steps": args.steps, "warmup": args.warmup, "losses": losses,
         "samples_per_s": sum(samples) / timed_s if timed_s > 0 else None,
         "step_ms": 1000 * statistics.median(times) if times else None,
         "step_ms_all": [1000 * t for t in times],
         "first_step_s": first_step_s, "startup_s": startup_s, "import_s": _IMPORT_S,
+        "warmup_s": sum(all_times[:args.warmup]), "compile_s": compile_s,
         "flops_per_sample": flops, "torch": torch.__version__, "data": os.path.abspath(args.data),
     }
     if args.json:
@@ -1482,7 +1580,8 @@ def main(argv=None):
             json.dump(result, f, indent=1)
     print(f"{args.workload} {args.mode} {args.precision}: {len(losses)} steps, loss {losses[0]:.6g} -> {losses[-1]:.6g}, "
           f"{result['samples_per_s'] or 0:.1f} samples/s, median step {result['step_ms'] or 0:.2f} ms, "
-          f"first step {first_step_s:.3f} s, startup {startup_s:.2f} s")
+          f"first step {first_step_s:.3f} s, startup {startup_s:.2f} s"
+          + (f", compile {compile_s:.2f} s" if compile_s is not None else ""))
     return 0
 
 

@@ -3,7 +3,7 @@
 The twins (bench/peers/peer.py TWINS) are workloads W1, W3, W4 and W5 shrunk until a step costs mostly host time
 (operator dispatch, autograd bookkeeping, the optimizer's launches, the loop around them) rather than arithmetic:
 W1 an MLP 64-16-16-1 at batch 4; W3 issue 43's Transformer (d_model 16, 2 heads, 2 layers, ff 32, windows of 8,
-batch 4); W4 a ResNet-18 of width 0.125 (8 channels first) on 16x16 center crops, micro-batches of 2, the example's
+batch 4); W4 a ResNet-18 of width 0.125 (8 channels first) on 24x24 center crops (at 16x16 the fp32 losses part from step 2), micro-batches of 2, the example's
 accumulation 2, clipping and channels_last; W5 the DDPM with hidden 16 at batch 4. Each twin carries the bellows
 overrides that build the identical model on the same example config.
 

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/utils.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "bellows/data/synthetic.h"
 #include "bellows/data/tensor_source.h"
 #include "bellows/models/mlp.h"
+#include "bellows/models/scripted.h"
 #include "bellows/models/tasks.h"
 #include "bellows/train/step_graph.h"
 #include "bellows/train/trainer.h"
@@ -85,6 +87,8 @@ struct Messages : obs::Sink {
 
 struct TrainedRun {
   std::vector<at::Tensor> params;
+  std::int64_t skipped_steps = 0;
+  std::vector<std::pair<std::string, double>> precision_metrics;  // the loss scale under fp16-mixed
   std::vector<at::Tensor> averaged;  // the EMA's weights, with ema
   FitResult result;
   std::int64_t optimizer_steps = 0;
@@ -93,15 +97,43 @@ struct TrainedRun {
 };
 
 // An MLP regression with AdamW (fused on the CPU), warm-up + cosine, clipping, `samples` samples in batches of 16.
+// A user's TorchScript module (as `model.name: torchscript` loads one): two layers with a ReLU, defined in C++ and
+// saved as a file from Python would be, the same weights every time (seeded).
+std::filesystem::path scripted_file() {
+  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / "graph_step_scripted.pt";
+  torch::manual_seed(11);
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w1", (at::randn({32, 8}) * 0.3).requires_grad_(), false);
+  m.register_parameter("b1", at::zeros({32}).requires_grad_(), false);
+  m.register_parameter("w2", (at::randn({1, 32}) * 0.3).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, x):
+    return torch.mm(torch.relu(torch.mm(x, self.w1.t()) + self.b1), self.w2.t())
+)JIT");
+  m.save(path.string());
+  return path;
+}
+
 TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_capture = false, bool ema = false,
-                 std::int64_t accumulation = 1, const std::function<void(TrainerOptions&)>& tweak = {}, int replay_sleep_ms = 0) {
+                 std::int64_t accumulation = 1, const std::function<void(TrainerOptions&)>& tweak = {}, int replay_sleep_ms = 0,
+                 bool scripted = false) {
   torch::manual_seed(7);
   models::MlpOptions mo;
   mo.in_features = 8;
   mo.hidden = {32, 32};
   mo.out_features = 1;
-  auto model = std::make_shared<models::MlpImpl>(mo);
-  auto task = models::make_regression_task([](torch::nn::Module& m, const at::Tensor& x) { return static_cast<models::MlpImpl&>(m).forward(x); });
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<Task> task;
+  if (scripted) {
+    model = std::make_shared<models::ScriptedModule>(scripted_file());
+    task = models::make_regression_task([](torch::nn::Module& m, const data::Batch& b) {
+      return static_cast<models::ScriptedModule&>(m).run("forward", {{"", "x"}}, b).toTensor();
+    });
+  } else {
+    model = std::make_shared<models::MlpImpl>(mo);
+    task = models::make_regression_task([](torch::nn::Module& m, const at::Tensor& x) { return static_cast<models::MlpImpl&>(m).forward(x); });
+  }
   data::SyntheticOptions so;
   so.samples = samples;
   so.features = 8;
@@ -136,6 +168,8 @@ TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_cap
   run.result = trainer.fit(source);
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().clone());
   run.optimizer_steps = trainer.optimizer().steps();
+  run.skipped_steps = trainer.precision().skipped_steps();
+  run.precision_metrics = trainer.precision().metrics();
   if (trainer.ema()) {
     for (const auto& [name, t] : trainer.ema()->averaged()) run.averaged.push_back(t.clone());
   }
@@ -229,6 +263,36 @@ TEST(StepGraph, EmaFollowsEachReplayAsAfterEagerSteps) {
     EXPECT_LT((graphed.averaged[i] - eager.averaged[i]).abs().max().item<double>(), 1e-5) << "EMA tensor " << i;
   }
   EXPECT_GT((eager.averaged[0] - eager.params[0]).abs().max().item<double>(), 1e-4);  // an average, not a copy
+}
+
+// A user's TorchScript module under a graph (the scripted group of scripts/gpu_check.sh has not run on a GPU yet): the
+// interpreter's ops are captured like the built-in modules' and train as its eager steps do.
+TEST(StepGraph, AScriptedModuleTrainsAsItsEagerSteps) {
+  const TrainedRun eager = train("off", 160, false, false, 1, {}, 0, /*scripted=*/true);
+  const TrainedRun graphed = train("cuda_graph", 160, false, false, 1, {}, 0, /*scripted=*/true);
+  expect_same_training(graphed, eager);
+  EXPECT_EQ(graphed.counts.captures, 1);
+  EXPECT_EQ(graphed.counts.replays, 20 - kStepGraphWarmup);
+  const TrainedRun mlp = train("off", 160);
+  EXPECT_GT((eager.params[0] - mlp.params[0].reshape(eager.params[0].sizes())).abs().max().item<double>(), 1e-6);  // not the MLP
+}
+
+// fp16-mixed's loss scaler inside the graph: a scale of 2^40 overflows the fp16 gradients, so the first steps are
+// skipped on the device and the scale backs off by half each time, with no host read, until the gradients are finite;
+// the graph's run skips the same steps, ends at the same scale and trains to the same weights as the eager run.
+TEST(StepGraph, TheLossScalersSkipAndBackoffRunInsideTheGraph) {
+  auto fp16 = [](TrainerOptions& o) {
+    o.precision = "fp16-mixed";
+    o.scaler.init_scale = 1099511627776.0;  // 2^40
+    o.on_nonfinite = OnNonfinite::kSkip;
+  };
+  const TrainedRun eager = train("off", 160, false, false, 1, fp16);
+  const TrainedRun graphed = train("cuda_graph", 160, false, false, 1, fp16);
+  expect_same_training(graphed, eager);
+  EXPECT_GT(eager.skipped_steps, kStepGraphWarmup);  // skips inside the replays too
+  EXPECT_EQ(graphed.skipped_steps, eager.skipped_steps);
+  EXPECT_EQ(graphed.precision_metrics, eager.precision_metrics);
+  EXPECT_EQ(graphed.counts.replays, 20 - kStepGraphWarmup);
 }
 
 // compile: auto's verdict: the graph is kept when its replays took no longer than the eager steps, with both times,

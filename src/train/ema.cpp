@@ -86,6 +86,51 @@ void Ema::update(std::int64_t optimizer_step, const at::Tensor& skipped) {
   ++updates_;
 }
 
+std::string Ema::capture_unfit() const {
+  if (options_.every_n_steps != 1) {
+    return fmt::format("ema.every_n_steps is {}: the graph would update the EMA at every step", options_.every_n_steps);
+  }
+  return "";
+}
+
+void Ema::prepare_step(std::int64_t optimizer_step) {
+  BELLOWS_CHECK(capture_unfit().empty() && !swapped_, "Ema::prepare_step() for an EMA that cannot be captured", "report this bug");
+  if (plan_.empty() && copies_.first.empty()) plan_update();
+  const bool averaging = optimizer_step >= options_.start_step;
+  if (shares_.size() != plan_.size()) {
+    shares_.clear();
+    for (const auto& bucket : plan_) {
+      const at::TensorOptions o = bucket.ema.front().options();
+      shares_.emplace_back(at::zeros({}, o), at::zeros({}, o));
+    }
+  }
+  for (auto& [copy, average] : shares_) {
+    copy.fill_(averaging ? 0.0 : 1.0);
+    average.fill_(averaging ? 1.0 - options_.decay : 0.0);
+  }
+  if (averaging) ++updates_;
+}
+
+void Ema::update_on_device(const at::Tensor& skipped) {
+  c10::NoGradGuard no_grad;
+  BELLOWS_CHECK(shares_.size() == plan_.size(), "Ema::update_on_device() before prepare_step()", "report this bug");
+  if (!copies_.first.empty()) at::_foreach_copy_(copies_.first, copies_.second);  // buffers: copied, not averaged
+  for (std::size_t i = 0; i < plan_.size(); ++i) {
+    auto& bucket = plan_[i];
+    std::vector<at::Tensor> widened;
+    if (bucket.widen) {
+      widened.reserve(bucket.live.size());
+      for (const auto& t : bucket.live) widened.push_back(t.to(bucket.ema.front().scalar_type()));
+    }
+    const std::vector<at::Tensor>& live = bucket.widen ? widened : bucket.live;
+    const auto& [copy, average] = shares_[i];
+    // update()'s weight (1 - skipped) x (1 - decay) plus the copy share: the same float32 product, plus 0 or 1.
+    const at::Tensor kept = 1.0 - skipped.to(copy.device(), copy.scalar_type()).reshape({});
+    const at::Tensor weight = copy + kept * average;
+    at::_foreach_lerp_(bucket.ema, live, std::vector<at::Tensor>(bucket.ema.size(), weight));
+  }
+}
+
 void Ema::plan_update() {
   // The averaged entries by (device, live dtype, EMA dtype): one _foreach_lerp_ per bucket; the rest, one
   // _foreach_copy_. Made once, and again after swap() replaces EMA tensors.

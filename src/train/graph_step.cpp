@@ -7,6 +7,7 @@
 
 #include "bellows/dist/strategy.h"
 #include "bellows/precision/precision.h"
+#include "bellows/train/ema.h"
 #include "bellows/train/optimizer.h"
 #include "bellows/util/exception_report.h"
 #include "bellows/util/format.h"  // defines: shape_of
@@ -57,6 +58,9 @@ GraphStep::GraphStep(const StepParts& parts, std::unique_ptr<StepGraph> graph, s
                      bool measure)
     : p_(parts), graph_(std::move(graph)), eager_(std::move(eager)), trial_(measure ? Trial::kReplays : Trial::kOff) {
   p_.optimizer.use_lr_tensor(p_.options.device);
+  // EMA evaluation swaps the EMA's tensors for others, which a graph would still write to: then it is updated after
+  // each replay (by the trainer, on the device), as where Ema::capture_unfit names a reason.
+  ema_in_graph_ = p_.ema != nullptr && p_.ema->capture_unfit().empty() && !p_.options.eval_with_ema;
   if (measure) {
     p_.message(fmt::format("compile: auto ({}): {} warm-up steps, then step {} is captured; {} replays are timed against {} eager steps "
                            "and the faster way trains on", graph_->kind(), kStepGraphWarmup, step + kStepGraphWarmup + 1,
@@ -105,6 +109,7 @@ void GraphStep::body() {
     outs_.push_back(std::move(out));
   }
   gradients_ = eager_->optimizer_phase(/*number=*/0);  // detect_anomaly is never on under a graph (step_graph_unfit)
+  if (ema_in_graph_) p_.ema->update_on_device(gradients_.skipped);
 }
 
 bool GraphStep::fits(const std::vector<data::Batch>& batches, std::int64_t number) {
@@ -156,6 +161,7 @@ StepResult GraphStep::run(StepBatches& batches) {
     const std::int64_t optimizer_steps = p_.optimizer.steps();
     Optimizer::StateMark had_state;  // taken before the capture only: replays create no state
     if (warmed_ < kStepGraphWarmup) {
+      if (ema_in_graph_) p_.ema->prepare_step(batches.number());
       graph_->warm_up([this] { body(); });
       ++warmed_;
       ran = true;
@@ -167,6 +173,7 @@ StepResult GraphStep::run(StepBatches& batches) {
           graph_->capture([this] { body(); });
           captured_ = capturing = true;
         }
+        if (ema_in_graph_) p_.ema->prepare_step(batches.number());  // what the replay reads: filled after a capture that held
         graph_->replay();
         p_.optimizer.set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
         ran = true;
@@ -207,6 +214,7 @@ StepResult GraphStep::run(StepBatches& batches) {
   }
   p_.clock.lap(obs::Phase::kForward);  // forward, backward and optimizer in one
   StepResult result;
+  result.ema_updated = ema_in_graph_;
   result.outputs = outs_;
   for (const auto& b : on_device) {
     result.units.push_back(units_of(b));

@@ -225,7 +225,7 @@ void Trainer::set_micro_split(std::int64_t parts) {
 
 StepParts Trainer::step_parts() {
   return StepParts{*model_, *task_, *precision_, *optimizer_, *options_.strategy, options_, params_, recorder_->clock(), split_,
-                   [this](const std::string& text) { message(text); }};
+                   [this](const std::string& text) { message(text); }, ema_.get()};
 }
 
 FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
@@ -283,7 +283,7 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       StepBatches loaded(train, batches, step_ + 1, recorder_->clock());
       const StepResult ran = runner->run(loaded);
       ++step_;
-      if (ema_) ema_->update(step_, ran.gradients.skipped);
+      if (ema_ && !ran.ema_updated) ema_->update(step_, ran.gradients.skipped);
       if (options_.detect_anomaly) {
         WholeParameters whole(strategy);
         check_parameters(*model_, step_, optimizer_->lr());

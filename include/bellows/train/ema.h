@@ -36,6 +36,16 @@ class Ema {
   // averaging then leaves the EMA exactly as it was, decided on the device (no sync); the copies before
   // start_step and of buffers still run (they copy values the skipped step did not change).
   void update(std::int64_t optimizer_step, const at::Tensor& skipped = {});
+
+  // The same update inside a step captured as a CUDA graph (train/graph_step.h), with no decision on the host in
+  // it: update_on_device() is what the graph records, the averaged tensors lerped by copy + average x (1 - skipped),
+  // two device scalars per bucket that prepare_step() fills before each step that runs (copy 1, average 0 before
+  // start_step: a lerp by 1 is the copy; copy 0, average 1 - decay from it on), the buffers copied. The same values
+  // as update() bit for bit where the live weights are finite. Only where every optimizer step updates:
+  // capture_unfit() says why not ("" when it can).
+  std::string capture_unfit() const;
+  void prepare_step(std::int64_t optimizer_step);
+  void update_on_device(const at::Tensor& skipped);
   // Exchanges live and EMA values in place (for eval, and back). Swapping twice restores both exactly. While
   // swapped, update() and load_state_dict() are errors; state_dict() and averaged() still give EMA values.
   void swap();
@@ -70,6 +80,7 @@ class Ema {
   EmaOptions options_;
   std::vector<Entry> entries_;
   std::vector<Bucket> plan_;                                             // averaged entries, per device and dtypes
+  std::vector<std::pair<at::Tensor, at::Tensor>> shares_;                // per bucket: the captured update's copy and average weights
   std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> copies_;  // (EMA, live) of the copied entries
   std::int64_t updates_ = 0;
   bool swapped_ = false;

@@ -48,6 +48,7 @@ class GraphStep final : public StepRunner {
   std::vector<data::Batch> inputs_;  // the batch tensors the graph reads, one set per micro-batch (each step's are copied in)
   std::vector<StepOutput> outs_;     // each micro-batch's, written by each replay
   GradientReport gradients_;  // written by each replay
+  bool ema_in_graph_ = false;  // the EMA's update is captured too (Ema::capture_unfit, and no EMA evaluation swapping it)
   Trial trial_ = Trial::kOff;
   std::int64_t trial_steps_ = 0;  // steps of the current window
   double trial_samples_ = 0;      // samples of the trial's replay window

@@ -34,6 +34,7 @@ class Precision;
 namespace bellows::train {
 
 class Optimizer;
+class Ema;
 
 // Tokens or pixels of a micro-batch, where it has them (throughput beside samples/s): token ids "x" [B, T] (integer;
 // the real ones when an "x_mask" marks them, summed on the device) or images "x" [B, C, H, W] (B x H x W pixels).
@@ -58,6 +59,7 @@ struct StepResult {
   std::int64_t samples = 0;         // this rank's samples
   GradientReport gradients;
   bool repeated = false;  // ran again after an out-of-memory error: what was counted during it is no one step's
+  bool ema_updated = false;  // the EMA was updated by the step itself (inside a captured graph)
 };
 
 // How each loaded batch runs: as `parts` near-equal micro-batches, each part's loss weighted by its share of the
@@ -80,6 +82,7 @@ struct StepParts {
   obs::PhaseClock& clock;                 // laps: data, copy, forward, backward (the loop laps the rest)
   MicroSplit& split;
   std::function<void(const std::string&)> message;  // a notice to every sink
+  Ema* ema = nullptr;  // the EMA a captured step may update inside its graph (the trainer updates it otherwise)
 };
 
 // The loaded batches of one optimizer step, taken from the training source as a runner asks for them (the wait is

@@ -88,6 +88,7 @@ struct Messages : obs::Sink {
 struct TrainedRun {
   std::vector<at::Tensor> params;
   std::int64_t skipped_steps = 0;
+  std::int64_t ema_updates = 0;
   std::vector<std::pair<std::string, double>> precision_metrics;  // the loss scale under fp16-mixed
   std::vector<at::Tensor> averaged;  // the EMA's weights, with ema
   FitResult result;
@@ -172,6 +173,7 @@ TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_cap
   run.precision_metrics = trainer.precision().metrics();
   if (trainer.ema()) {
     for (const auto& [name, t] : trainer.ema()->averaged()) run.averaged.push_back(t.clone());
+    run.ema_updates = trainer.ema()->updates();
   }
   return run;
 }
@@ -250,9 +252,10 @@ TEST(StepGraph, ARunThatCannotBeCapturedTrainsEagerlyAndSaysWhy) {
   EXPECT_EQ(graphed.result.steps, 20);
 }
 
-// EMA under a graph: its update (copies before start_step, then averages weighted by the replay's skip flag) follows
-// each replay on the device, and the average is the eager run's.
-TEST(StepGraph, EmaFollowsEachReplayAsAfterEagerSteps) {
+// EMA under a graph: its update (copies before start_step 5, then averages weighted by the replay's skip flag) is
+// captured with the step, its step-dependent weights filled before each replay, and the average is the eager run's;
+// with ema.every_n_steps 2 it is updated after each replay instead (by the trainer, on the device), alike.
+TEST(StepGraph, EmaUpdatesInsideTheGraphAsAfterEagerSteps) {
   const TrainedRun eager = train("off", 160, false, /*ema=*/true);
   const TrainedRun graphed = train("cuda_graph", 160, false, /*ema=*/true);
   expect_same_training(graphed, eager);
@@ -263,6 +266,15 @@ TEST(StepGraph, EmaFollowsEachReplayAsAfterEagerSteps) {
     EXPECT_LT((graphed.averaged[i] - eager.averaged[i]).abs().max().item<double>(), 1e-5) << "EMA tensor " << i;
   }
   EXPECT_GT((eager.averaged[0] - eager.params[0]).abs().max().item<double>(), 1e-4);  // an average, not a copy
+  EXPECT_EQ(graphed.ema_updates, eager.ema_updates);
+  EXPECT_EQ(eager.ema_updates, 20 - 5 + 1);  // steps 5..20 average
+  auto every_two = [](TrainerOptions& o) { o.ema->every_n_steps = 2; };
+  const TrainedRun eager2 = train("off", 160, false, true, 1, every_two);
+  const TrainedRun graphed2 = train("cuda_graph", 160, false, true, 1, every_two);
+  for (std::size_t i = 0; i < eager2.averaged.size(); ++i) {
+    EXPECT_LT((graphed2.averaged[i] - eager2.averaged[i]).abs().max().item<double>(), 1e-5) << "EMA tensor " << i;
+  }
+  EXPECT_EQ(graphed2.ema_updates, eager2.ema_updates);
 }
 
 // A user's TorchScript module under a graph (the scripted group of scripts/gpu_check.sh has not run on a GPU yet): the

@@ -458,6 +458,12 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   if (ranks->is_main()) {
     write_file_atomically(a.run_dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
     write_file_atomically(a.run_dir / "plan.json", a.plan.to_json());
+    // Rows decided while training (compile: auto's measured choice) rewrite it: a copy of the plan, as the run left it.
+    trainer.set_plan_revision([written = std::make_shared<plan::Plan>(a.plan), path = a.run_dir / "plan.json"](
+                                  const std::string& key, const std::string& value, const std::string& reason) {
+      written->revise({key, value, reason});
+      write_file_atomically(path, written->to_json());
+    });
     // The numbers a categorical CSV column's values became (docs/data.md): what `predict` inputs must use.
     if (a.loaders && !a.loaders->splits.facts.categories.empty()) {
       write_file_atomically(a.run_dir / "categories.json", nlohmann::json(a.loaders->splits.facts.categories).dump(2) + "\n");

@@ -88,6 +88,11 @@ void GraphStep::next_trial_step(double samples) {
   const StepGraphChoice choice =
       choose_step_graph(replay_ms_, ms, trial_samples_ / static_cast<double>(kStepGraphTrialSteps), graph_->held_bytes());
   p_.message(choice.message);
+  if (p_.revise_plan) {  // plan.json's compile row: what was chosen, with the numbers behind it
+    const std::string prefix = "compile: auto: ";
+    p_.revise_plan("compile", choice.keep_graph ? "cuda_graph" : "off",
+                   "auto, measured: " + choice.message.substr(choice.message.rfind(prefix, 0) == 0 ? prefix.size() : 0));
+  }
   if (!choice.keep_graph) graph_.reset();  // its pool goes back to the caching allocator
 }
 

@@ -225,7 +225,7 @@ void Trainer::set_micro_split(std::int64_t parts) {
 
 StepParts Trainer::step_parts() {
   return StepParts{*model_, *task_, *precision_, *optimizer_, *options_.strategy, options_, params_, recorder_->clock(), split_,
-                   [this](const std::string& text) { message(text); }, ema_.get()};
+                   [this](const std::string& text) { message(text); }, ema_.get(), plan_revision_};
 }
 
 FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {

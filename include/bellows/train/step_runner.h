@@ -83,6 +83,8 @@ struct StepParts {
   MicroSplit& split;
   std::function<void(const std::string&)> message;  // a notice to every sink
   Ema* ema = nullptr;  // the EMA a captured step may update inside its graph (the trainer updates it otherwise)
+  // A plan row decided while training (key, value, reason): compile: auto's measured choice. May be empty.
+  std::function<void(const std::string&, const std::string&, const std::string&)> revise_plan;
 };
 
 // The loaded batches of one optimizer step, taken from the training source as a runner asks for them (the wait is

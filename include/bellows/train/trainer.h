@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,10 @@ class Trainer {
   void add_sink(std::shared_ptr<obs::Sink> sink);
   void set_header(std::vector<std::pair<std::string, std::string>> header);  // machine and plan lines, printed at start
   void set_run_info(std::string name, std::string dir);
+  // A plan row decided while training (compile: auto's measured choice): (key, value, reason). The app rewrites
+  // plan.json with it; without one the row is only a message.
+  using PlanRevision = std::function<void(const std::string& key, const std::string& value, const std::string& reason)>;
+  void set_plan_revision(PlanRevision revise) { plan_revision_ = std::move(revise); }
 
   FitResult fit(data::BatchSource& train, data::BatchSource* val = nullptr);
   std::vector<std::pair<std::string, double>> evaluate(data::BatchSource& val);
@@ -131,6 +136,7 @@ class Trainer {
   std::int64_t samples_ = 0;
   std::int64_t first_step_ = 0;      // fit() plans from here: 0, or where a session or an online checkpoint began
   StateDict pending_schedule_state_;  // loaded before fit() builds the schedule
+  PlanRevision plan_revision_;
 };
 
 }  // namespace bellows::train

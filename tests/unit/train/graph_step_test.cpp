@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/utils.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -89,6 +90,7 @@ struct TrainedRun {
   std::vector<at::Tensor> params;
   std::int64_t skipped_steps = 0;
   std::int64_t ema_updates = 0;
+  std::vector<std::array<std::string, 3>> revisions;  // plan rows decided while training
   std::vector<std::pair<std::string, double>> precision_metrics;  // the loss scale under fp16-mixed
   std::vector<at::Tensor> averaged;  // the EMA's weights, with ema
   FitResult result;
@@ -166,6 +168,9 @@ TrainedRun train(const std::string& compile, std::int64_t samples, bool fail_cap
   }
   Trainer trainer(model, task, o);
   trainer.add_sink(run.messages);
+  trainer.set_plan_revision([&run](const std::string& key, const std::string& value, const std::string& reason) {
+    run.revisions.push_back({key, value, reason});
+  });
   run.result = trainer.fit(source);
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().clone());
   run.optimizer_steps = trainer.optimizer().steps();
@@ -333,12 +338,19 @@ TEST(StepGraph, AutoTimesReplaysAgainstEagerStepsAndKeepsTheFaster) {
                                  "eager steps"))
       << ::testing::PrintToString(slow.messages->texts);
   EXPECT_TRUE(slow.messages->has("eager steps from here on, the graph released")) << ::testing::PrintToString(slow.messages->texts);
+  // plan.json's compile row is revised with the choice and the numbers.
+  ASSERT_EQ(slow.revisions.size(), 1u);
+  EXPECT_EQ(slow.revisions[0][0], "compile");
+  EXPECT_EQ(slow.revisions[0][1], "off");
+  EXPECT_EQ(slow.revisions[0][2].rfind("auto, measured: 5 replays took ", 0), 0u) << slow.revisions[0][2];
   // Without the delay either may win on the CPU twin (the same work both ways); whichever is kept trains alike.
   const TrainedRun either = train("auto", 160);
   expect_same_training(either, eager);
   EXPECT_TRUE(either.messages->has("compile: auto: 5 replays took")) << ::testing::PrintToString(either.messages->texts);
   const bool kept = either.messages->has("the CUDA graph is kept");
   EXPECT_EQ(either.counts.replays, kept ? 20 - kStepGraphWarmup - kStepGraphTrialSteps : 1 + kStepGraphTrialSteps);
+  ASSERT_EQ(either.revisions.size(), 1u);
+  EXPECT_EQ(either.revisions[0][1], kept ? "cuda_graph" : "off");
 }
 
 }  // namespace step_graph_test

@@ -38,7 +38,7 @@ bool nhwc(const at::Tensor& t) { return t.dim() != 4 || t.is_contiguous(at::Memo
 
 // The model and the input in channels_last: every weight and every weight's gradient is NHWC (the activations are
 // checked by the trace below: a conversion of one would be a copy there).
-TEST(ChannelsLast, WeightsGradientsAndActivationsStayNhwc) {
+TEST(ChannelsLast, WeightsAndTheirGradientsStayNhwc) {
   torch::manual_seed(0);
   auto model = small_resnet();
   {

@@ -27,6 +27,15 @@ at::ScalarType ema_dtype(const at::Tensor& t, bool averaged) {
 
 }  // namespace
 
+// lerp needs one dtype: reduced-precision weights are widened (temporaries) to the EMA's dtype.
+std::vector<at::Tensor> Ema::lerp_sources(const Bucket& bucket) {
+  if (!bucket.widen) return bucket.live;
+  std::vector<at::Tensor> widened;
+  widened.reserve(bucket.live.size());
+  for (const auto& t : bucket.live) widened.push_back(t.to(bucket.ema.front().scalar_type()));
+  return widened;
+}
+
 Ema::Ema(const std::vector<std::pair<std::string, at::Tensor>>& tensors, EmaOptions options) : options_(options) {
   BELLOWS_CHECK_CONFIG(options_.decay >= 0 && options_.decay <= 1,
                        fmt::format("ema.decay is {}, expected in [0, 1]", options_.decay), kEmaHint);
@@ -67,13 +76,7 @@ void Ema::update(std::int64_t optimizer_step, const at::Tensor& skipped) {
   if (plan_.empty() && copies_.first.empty()) plan_update();
   if (!copies_.first.empty()) at::_foreach_copy_(copies_.first, copies_.second);  // buffers: copied, not averaged
   for (auto& bucket : plan_) {
-    // lerp needs one dtype: reduced-precision weights are widened (temporaries) to the EMA's dtype.
-    std::vector<at::Tensor> widened;
-    if (bucket.widen) {
-      widened.reserve(bucket.live.size());
-      for (const auto& t : bucket.live) widened.push_back(t.to(bucket.ema.front().scalar_type()));
-    }
-    const std::vector<at::Tensor>& live = bucket.widen ? widened : bucket.live;
+    const std::vector<at::Tensor> live = lerp_sources(bucket);
     if (!skipped.defined()) {
       at::_foreach_lerp_(bucket.ema, live, 1.0 - options_.decay);
       continue;
@@ -117,12 +120,7 @@ void Ema::update_on_device(const at::Tensor& skipped) {
   if (!copies_.first.empty()) at::_foreach_copy_(copies_.first, copies_.second);  // buffers: copied, not averaged
   for (std::size_t i = 0; i < plan_.size(); ++i) {
     auto& bucket = plan_[i];
-    std::vector<at::Tensor> widened;
-    if (bucket.widen) {
-      widened.reserve(bucket.live.size());
-      for (const auto& t : bucket.live) widened.push_back(t.to(bucket.ema.front().scalar_type()));
-    }
-    const std::vector<at::Tensor>& live = bucket.widen ? widened : bucket.live;
+    const std::vector<at::Tensor> live = lerp_sources(bucket);
     const auto& [copy, average] = shares_[i];
     // update()'s weight (1 - skipped) x (1 - decay) plus the copy share: the same float32 product, plus 0 or 1.
     const at::Tensor kept = 1.0 - skipped.to(copy.device(), copy.scalar_type()).reshape({});

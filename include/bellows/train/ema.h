@@ -76,6 +76,7 @@ class Ema {
     std::vector<at::Tensor> ema, live;
     bool widen;  // live is narrower than the EMA (bf16 weights, fp32 average)
   };
+  static std::vector<at::Tensor> lerp_sources(const Bucket& bucket);  // the live tensors in the EMA's dtype
 
   EmaOptions options_;
   std::vector<Entry> entries_;

@@ -149,74 +149,7 @@ StepResult GraphStep::run(StepBatches& batches) {
     on_device.push_back(to_device(loaded.back(), p_.options));
     p_.clock.lap(obs::Phase::kCopy);
   }
-  const bool first = inputs_.empty();
-  const bool fit = fits(on_device, batches.number());
-  if (first) {
-    inputs_ = on_device;
-    for (auto& b : inputs_) {
-      for (auto& [name, t] : b.tensors) t = t.clone(at::MemoryFormat::Preserve);
-    }
-  } else if (fit) {
-    for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      for (auto& [name, t] : inputs_[i].tensors) t.copy_(on_device[i].tensors.at(name), /*non_blocking=*/true);
-    }
-  }
-  bool ran = false;
-  if (fit) {
-    const std::int64_t optimizer_steps = p_.optimizer.steps();
-    Optimizer::StateMark had_state;  // taken before the capture only: replays create no state
-    if (warmed_ < kStepGraphWarmup) {
-      if (ema_in_graph_) p_.ema->prepare_step(batches.number());
-      graph_->warm_up([this] { body(); });
-      ++warmed_;
-      ran = true;
-    } else {
-      try {
-        bool capturing = false;
-        if (!captured_) {
-          had_state = p_.optimizer.state_mark();
-          graph_->capture([this] { body(); });
-          captured_ = capturing = true;
-        }
-        if (ema_in_graph_) p_.ema->prepare_step(batches.number());  // what the replay reads: filled after a capture that held
-        graph_->replay();
-        p_.optimizer.set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
-        ran = true;
-        if (trial_ == Trial::kReplays && capturing) {  // the trial's windows start after the captured step's replay
-          graph_->synchronize();
-          window_start_ = std::chrono::steady_clock::now();
-        } else if (trial_ == Trial::kReplays) {
-          double samples = 0;
-          for (const auto& b : on_device) samples += static_cast<double>(b.size);
-          next_trial_step(samples);
-        }
-      } catch (...) {
-        if (captured_) throw;  // a replay that fails is the step's own error
-        // An op the capture refused (one that reads a value back, or allocates outside the graph's pool): the run goes
-        // on eagerly from this step, which did not run.
-        p_.message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
-                               batches.number(), report_current_exception().message));
-        // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count, and the
-        // optimizer state it created (its initialising kernels were captured, never run).
-        clear_gradients(p_.params);
-        p_.optimizer.drop_state_since(had_state);
-        p_.precision.abandon_step();
-        p_.optimizer.set_steps(optimizer_steps);
-        graph_.reset();
-      }
-    }
-  }
-  if (!ran) {  // this step's batches run eagerly (from the host copies, as every eager step's do)
-    for (auto& b : loaded) batches.put_back(std::move(b));
-    StepResult result = eager_->run(batches);
-    if (trial_ == Trial::kReplays && captured_ && graph_) {  // not a replay: the replays' window starts again after it
-      graph_->synchronize();
-      window_start_ = std::chrono::steady_clock::now();
-      trial_steps_ = 0;
-      trial_samples_ = 0;
-    }
-    return result;
-  }
+  if (!take_inputs(on_device, batches.number()) || !run_graph(batches.number(), on_device)) return run_eagerly(batches, loaded);
   p_.clock.lap(obs::Phase::kForward);  // forward, backward and optimizer in one
   StepResult result;
   result.ema_updated = ema_in_graph_;
@@ -228,6 +161,79 @@ StepResult GraphStep::run(StepBatches& batches) {
   // The graph's outputs are rewritten by each replay: the per-parameter norms the record may read later are copied.
   result.gradients = gradients_;
   if (gradients_.param_norms.defined()) result.gradients.param_norms = gradients_.param_norms.clone();
+  return result;
+}
+
+bool GraphStep::take_inputs(const std::vector<data::Batch>& on_device, std::int64_t number) {
+  const bool first = inputs_.empty();
+  if (!fits(on_device, number)) return false;
+  if (first) {
+    inputs_ = on_device;
+    for (auto& b : inputs_) {
+      for (auto& [name, t] : b.tensors) t = t.clone(at::MemoryFormat::Preserve);
+    }
+    return true;
+  }
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    for (auto& [name, t] : inputs_[i].tensors) t.copy_(on_device[i].tensors.at(name), /*non_blocking=*/true);
+  }
+  return true;
+}
+
+bool GraphStep::run_graph(std::int64_t number, const std::vector<data::Batch>& on_device) {
+  const std::int64_t optimizer_steps = p_.optimizer.steps();
+  if (warmed_ < kStepGraphWarmup) {
+    if (ema_in_graph_) p_.ema->prepare_step(number);
+    graph_->warm_up([this] { body(); });
+    ++warmed_;
+    return true;
+  }
+  Optimizer::StateMark had_state;  // taken before the capture only: replays create no state
+  try {
+    bool capturing = false;
+    if (!captured_) {
+      had_state = p_.optimizer.state_mark();
+      graph_->capture([this] { body(); });
+      captured_ = capturing = true;
+    }
+    if (ema_in_graph_) p_.ema->prepare_step(number);  // what the replay reads: filled after a capture that held
+    graph_->replay();
+    p_.optimizer.set_steps(optimizer_steps + 1);  // a replay runs no host code; the capture counted once
+    if (trial_ == Trial::kReplays && capturing) {  // the trial's windows start after the captured step's replay
+      graph_->synchronize();
+      window_start_ = std::chrono::steady_clock::now();
+    } else if (trial_ == Trial::kReplays) {
+      double samples = 0;
+      for (const auto& b : on_device) samples += static_cast<double>(b.size);
+      next_trial_step(samples);
+    }
+    return true;
+  } catch (...) {
+    if (captured_) throw;  // a replay that fails is the step's own error
+    // An op the capture refused (one that reads a value back, or allocates outside the graph's pool): the run goes
+    // on eagerly from this step, which did not run.
+    p_.message(fmt::format("compile: cuda_graph: capturing optimizer step {} failed ({}): this and every later step run eagerly",
+                           number, report_current_exception().message));
+    // What the capture did on the host goes: gradients, the loss scaler's step, the optimizer's count, and the
+    // optimizer state it created (its initialising kernels were captured, never run).
+    clear_gradients(p_.params);
+    p_.optimizer.drop_state_since(had_state);
+    p_.precision.abandon_step();
+    p_.optimizer.set_steps(optimizer_steps);
+    graph_.reset();
+    return false;
+  }
+}
+
+StepResult GraphStep::run_eagerly(StepBatches& batches, std::vector<data::Batch>& loaded) {
+  for (auto& b : loaded) batches.put_back(std::move(b));  // from the host copies, as every eager step's
+  StepResult result = eager_->run(batches);
+  if (trial_ == Trial::kReplays && captured_ && graph_) {  // not a replay: the replays' window starts again after it
+    graph_->synchronize();
+    window_start_ = std::chrono::steady_clock::now();
+    trial_steps_ = 0;
+    trial_samples_ = 0;
+  }
   return result;
 }
 

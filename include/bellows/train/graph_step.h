@@ -39,6 +39,12 @@ class GraphStep final : public StepRunner {
   // Whether a step's batches (on the device) can run as the captured step: as many, each with the captured layout. Says
   // why not, once.
   bool fits(const std::vector<data::Batch>& batches, std::int64_t number);
+  // The step's batches into the captured inputs (the first step's become them); false when they do not fit.
+  bool take_inputs(const std::vector<data::Batch>& on_device, std::int64_t number);
+  // A warm-up, or the capture (once) and a replay; false after a capture that failed (the run goes on eagerly).
+  bool run_graph(std::int64_t number, const std::vector<data::Batch>& on_device);
+  // The step's batches as an eager step, handed back to `batches` (the host copies).
+  StepResult run_eagerly(StepBatches& batches, std::vector<data::Batch>& loaded);
   StepParts p_;
   std::unique_ptr<StepGraph> graph_;  // null after a failed capture: eager steps from then on
   std::unique_ptr<EagerStep> eager_;

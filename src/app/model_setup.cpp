@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <numeric>
+
 #include "bellows/ckpt/safetensors.h"
 #include "bellows/train/checkpointing.h"
+#include "bellows/train/step_undo.h"
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/format.h"
 
 namespace bellows::app {
@@ -79,7 +83,11 @@ void check_data_against_model(const config::Config& c, const data::Dataset& trai
         BELLOWS_CHECK_CONFIG(per_sample == out,
                              fmt::format("model.out_features is {} ({}) but the targets of {} have {} value(s) per sample (y {})", out,
                                          c.origin("model.out_features").str(), train.name(), per_sample, shape_of(y->second.select(0, 0))),
-                             fmt::format("set model.out_features: {} (or choose the target columns)", per_sample));
+                             at::isFloatingType(y->second.scalar_type())
+                                 ? fmt::format("set model.out_features: {} (or choose the target columns)", per_sample)
+                                 : fmt::format("the targets are integers: for class labels set model.task: classification (model.task is "
+                                               "regression, {}); for regression set model.out_features: {}",
+                                               c.origin("model.task").str(), per_sample));
       } else {
         const at::Tensor labels = train.class_labels().defined() ? train.class_labels() : y->second.reshape(-1);
         if (labels.numel() > 0 && !at::isFloatingType(labels.scalar_type())) {
@@ -96,6 +104,61 @@ void check_data_against_model(const config::Config& c, const data::Dataset& trai
   }
   const models::ModelEntry& entry = models::find_model(config::get_string(c, "model.name"));
   if (entry.check_data) entry.check_data(c, train);
+}
+
+void trial_evaluation(torch::nn::Module& model, Task& task, const std::vector<TrialData>& data) {
+  const at::Device device = [&] {
+    for (const auto& p : model.parameters()) return p.device();
+    return at::Device(at::kCPU);
+  }();
+  for (const TrialData& d : data) {
+    if (d.dataset == nullptr || d.dataset->size() == 0) continue;
+    std::vector<std::int64_t> first(static_cast<std::size_t>(std::min<std::int64_t>(2, d.dataset->size())));
+    std::iota(first.begin(), first.end(), std::int64_t{0});
+    data::FetchContext fetch;
+    fetch.train = false;
+    data::Batch batch = d.dataset->get_batch(first, fetch).to(device, /*non_blocking=*/false);
+    d.dataset->finish_on_device(batch);
+    train::StepUndo undo(model);  // the buffers and random streams as they were (a sampling task draws noise)
+    undo.save();
+    const bool was_training = model.is_training();
+    std::string failed;
+    try {
+      torch::NoGradGuard no_grad;
+      model.eval();
+      task.eval_step(model, batch);
+    } catch (const Error&) {
+      model.train(was_training);
+      undo.restore();
+      throw;  // bellows' own check, with its own words
+    } catch (const std::exception& e) {
+      if (report_current_exception().out_of_memory) throw;
+      failed = fmt::format("{} does not fit the model: an evaluation step on its first {} sample(s) ({}) failed: {}", d.what,
+                           first.size(), batch.shapes(), describe_libtorch_error(e));
+    }
+    model.train(was_training);
+    undo.restore();
+    if (!failed.empty()) {
+      BELLOWS_FAIL(d.kind, failed,
+                   d.kind == ErrorKind::kConfig
+                       ? "make the model's inputs and outputs fit the data's tensors (model.inputs, model.output, model.task)"
+                       : "give it tensors of the training data's shapes and dtypes (the same features, channels and targets)");
+    }
+  }
+}
+
+at::Tensor predict_batch(Task& task, torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options, const std::string& what) {
+  std::string failed;
+  try {
+    return task.predict(model, batch, options);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (report_current_exception().out_of_memory) throw;
+    failed = fmt::format("{} does not fit the model: the prediction of rows {}..{} ({}) failed: {}", what, options.first_index,
+                         options.first_index + batch.size - 1, batch.shapes(), describe_libtorch_error(e));
+  }
+  BELLOWS_FAIL(ErrorKind::kData, failed, "give the inputs the model was trained on: the training data's shapes and dtypes, one row per sample");
 }
 
 void check_prediction_input(const config::Config& c, const at::Tensor& x, const std::string& what, const std::string& key_note) {

@@ -365,7 +365,7 @@ at::Tensor OnlineTrainer::predict_here(const at::Tensor& input, const PredictOpt
     batch.size = std::min(kRows, x.size(0) - first);
     batch.tensors["x"] = x.slice(0, first, first + batch.size).to(p.plan.device);
     o.first_index = options.first_index + first;
-    outputs.push_back(p.model.task->predict(model, batch, o).to(at::kCPU));
+    outputs.push_back(predict_batch(*p.model.task, model, batch, o, "the prediction input").to(at::kCPU));
   }
   return at::cat(outputs, 0).to(at::kFloat).contiguous();
 }

@@ -387,12 +387,26 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
     notes.push_back(import_note(w, import_weights(*a.model.module, w)));
   }
   if (o.online) plan_without_data(c, *a.model.module, notes);
+  if (!o.online) {
+    // Every dataset the run feeds the model, one evaluation step each, before the first training step: a misfit
+    // is named now, not after the steps before the first evaluation.
+    const data::DataSplits& splits = a.loaders->splits;
+    const std::string val_path = config::get_string(c, "data.val_path");
+    trial_evaluation(*a.model.module, *a.model.task,
+                     {{splits.train.get(), fmt::format("the training data ({})", splits.train->name()), ErrorKind::kConfig},
+                      {splits.val.get(),
+                       splits.val == nullptr ? std::string()
+                       : val_path.empty()    ? fmt::format("the validation split ({})", splits.val->name())
+                                             : fmt::format("the validation data (data.val_path {}: {})", c.origin("data.val_path").str(), val_path),
+                       ErrorKind::kData}});
+  }
 
   // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---
   a.run_dir = broadcast_text(*ranks, ranks->is_main() ? make_run_dir(c).string() : std::string());
 
   // --- the trainer ---
   train::TrainerOptions t = trainer_options(c, a.plan);
+  if (!o.online) a.plan.entries.push_back(length_entry(t, a.loaders->train->batches_per_epoch()));
   t.stop_flag = o.stop_flag;
   t.strategy = a.strategy;
   t.checkpoint = checkpoint_options(c, a.run_dir);

@@ -175,11 +175,34 @@ void add_trainer_keys(config::Schema& s) {
 
 train::TrainerOptions trainer_options(const config::Config& c, const plan::Plan& p) {
   train::TrainerOptions o = trainer_binding().read(c);
+  // train.max_steps without train.epochs trains to max_steps (Lightning's rule), not to the end of the default epoch.
+  // The embedded demo's epochs are no choice of the user's either.
+  if (o.max_steps > 0 && (c.is_schema_default("train.epochs") || c.origin("train.epochs").file == "<embedded demo>")) o.epochs = 0;
   o.device = p.device;
   o.precision = p.precision;
   o.channels_last = p.channels_last;
   o.non_blocking = p.pin_memory;
   return o;
+}
+
+plan::PlanEntry length_entry(const train::TrainerOptions& o, std::int64_t batches_per_epoch) {
+  const std::int64_t k = o.accumulation_steps;
+  const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, (batches_per_epoch + k - 1) / k);
+  const std::string per_epoch = fmt::format("{} optimizer step(s) per epoch ({} batches{})", steps_per_epoch, batches_per_epoch,
+                                            k > 1 ? fmt::format(", {} per step", k) : "");
+  if (o.epochs == 0) {
+    return {"length", fmt::format("{} steps", o.max_steps),
+            fmt::format("train.max_steps {} ends the run (train.epochs not set in the config: as many epochs as it takes, {}); {}", o.max_steps,
+                        (o.max_steps + steps_per_epoch - 1) / steps_per_epoch, per_epoch)};
+  }
+  const std::int64_t by_epochs = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0 && o.max_steps < by_epochs) {
+    return {"length", fmt::format("{} steps", o.max_steps),
+            fmt::format("train.max_steps {} ends the run before train.epochs {} would ({} steps); {}", o.max_steps, o.epochs, by_epochs, per_epoch)};
+  }
+  return {"length", fmt::format("{} steps", by_epochs),
+          fmt::format("train.epochs {} ends the run{}; {}", o.epochs,
+                      o.max_steps > 0 ? fmt::format(" before train.max_steps {} would", o.max_steps) : std::string(), per_epoch)};
 }
 
 plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& o, std::int64_t world_size) {

@@ -35,6 +35,14 @@ std::string Batch::unsplittable() const {
   return "";
 }
 
+std::string Batch::shapes() const {
+  std::string text;
+  for (const auto& [name, t] : tensors) {
+    text += fmt::format("{}{} {}", text.empty() ? "" : ", ", name, t.defined() ? fmt::format("{} {}", c10::toString(t.scalar_type()), shape_of(t)) : "(undefined)");
+  }
+  return text;
+}
+
 Batch Batch::slice(std::int64_t start, std::int64_t count) const {
   BELLOWS_CHECK(start >= 0 && count >= 0 && start + count <= size,
                 fmt::format("samples {}..{} of a batch of {}", start, start + count, size), "report this bug");

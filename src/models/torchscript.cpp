@@ -17,6 +17,7 @@
 #include "bellows/models/scripted.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
 namespace {
@@ -148,7 +149,8 @@ class ScriptedTask final : public Task {
 // One forward (eval mode, no gradients) on the data's first sample: arguments whose dtypes or shapes do not
 // fit, or outputs that are not where the config says, fail here with the file, the signature and the shapes,
 // instead of inside the first training step.
-void trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batch& one) {
+// Returns the output model.task takes (undefined under model.loss: module).
+at::Tensor trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batch& one) {
   torch::NoGradGuard no_grad;
   m.train(false);
   c10::IValue out;
@@ -170,13 +172,29 @@ void trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data::Batc
   m.train(true);
   if (o.module_loss) {
     module_loss(out, o, m.file().string());
-  } else {
-    const at::Tensor t = select_output(out, o.output, "model.output");
-    BELLOWS_CHECK_CONFIG(t.is_floating_point(),
-                         fmt::format("model.path {}: model.output is {} {}, expected floating point outputs for model.task", m.file().string(),
-                                     c10::toString(t.scalar_type()), t.sizes()),
-                         "select the output that holds the predictions (model.output)");
+    return {};
   }
+  const at::Tensor t = select_output(out, o.output, "model.output");
+  BELLOWS_CHECK_CONFIG(t.is_floating_point(),
+                       fmt::format("model.path {}: model.output is {} {}, expected floating point outputs for model.task", m.file().string(),
+                                   c10::toString(t.scalar_type()), t.sizes()),
+                       "select the output that holds the predictions (model.output)");
+  return t;
+}
+
+// model.task against the model's output and the targets: integer targets of one value per sample beside an output
+// of several are class labels, which regression (the default) would compare value by value.
+void check_task(const config::Config& c, const ScriptedOptions& o, const at::Tensor& output, const at::Tensor& y) {
+  if (o.module_loss || o.classification || !output.defined() || !y.defined()) return;
+  const std::int64_t outputs = output.numel() / std::max<std::int64_t>(1, output.size(0));
+  const std::int64_t targets = y.numel() / std::max<std::int64_t>(1, y.size(0));
+  BELLOWS_CHECK_CONFIG(at::isFloatingType(y.scalar_type()) || outputs == targets,
+                       fmt::format("model.task is regression ({}) but the targets y are {} class labels ({} per sample) and the model "
+                                   "gives {} outputs per sample ({} {}): regression compares outputs with targets value by value",
+                                   c.origin("model.task").str(), c10::toString(y.scalar_type()), targets, outputs, o.path,
+                                   shape_of(output)),
+                       "set model.task: classification (cross-entropy over the outputs as class scores), or give float targets of the "
+                       "outputs' width for regression");
 }
 
 // The plan table's row for model.jit_optimize: off runs the module's ops one at a time through the interpreter,
@@ -243,7 +261,8 @@ ModelEntry torchscript_entry() {
     // built-in models' width checks make them). The file is read a second time for it.
     ScriptedModule m(o.path);
     m.check_inputs("forward", o.inputs, "model.inputs");
-    trial_forward(m, o, one);
+    const auto y = one.tensors.find("y");
+    check_task(c, o, trial_forward(m, o, one), y == one.tensors.end() ? at::Tensor() : y->second);
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
     const ScriptedOptions o = read_options(c);

@@ -13,6 +13,7 @@
 #include "bellows/precision/precision.h"
 #include "bellows/train/anomaly.h"
 #include "bellows/train/optimizer.h"
+#include "bellows/train/recovering_step.h"  // defines: rethrow_with_batch
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
 
@@ -51,7 +52,11 @@ void EagerStep::forward_backward(const data::Batch& loaded, std::int64_t count, 
     {
       RECORD_USER_SCOPE("bellows::forward");
       auto autocast = p_.precision.autocast();
-      out = p_.task.step(p_.model, b);
+      try {
+        out = p_.task.step(p_.model, b);
+      } catch (...) {
+        rethrow_with_batch(fmt::format("the forward and loss of optimizer step {}", number), b, ErrorKind::kData);
+      }
     }
     if (p_.options.detect_anomaly) check_forward(p_.model, b, out.loss, number);
     p_.clock.lap(obs::Phase::kForward);
@@ -68,8 +73,10 @@ void EagerStep::forward_backward(const data::Batch& loaded, std::int64_t count, 
         // A whole step in one part divides by 1: no division and no DivBackward (x / 1 is x exactly, so nothing changes).
         p_.strategy.backward(p_.precision.scale_loss(parts_per_step == 1.0 ? out.loss : out.loss / parts_per_step));
       } catch (const c10::Error& e) {
-        if (!p_.options.detect_anomaly || report_current_exception().out_of_memory) throw;
-        fail_backward(e, number);
+        if (p_.options.detect_anomaly && !report_current_exception().out_of_memory) fail_backward(e, number);
+        rethrow_with_batch(fmt::format("the backward of optimizer step {}", number), b, ErrorKind::kInternal);
+      } catch (...) {
+        rethrow_with_batch(fmt::format("the backward of optimizer step {}", number), b, ErrorKind::kInternal);
       }
     }
     p_.clock.lap(obs::Phase::kBackward);

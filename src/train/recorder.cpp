@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -298,20 +300,32 @@ void Recorder::end_profile() {
   }
 }
 
+std::optional<double> Recorder::last_loss() const {
+  for (const auto& [name, value] : last_record_.values) {
+    if (name == "loss") return value;
+  }
+  return resumed_loss_;
+}
+
 void Recorder::end_fit(FitResult& result, std::int64_t epochs, const std::string& monitor, std::int64_t micro_split) {
   result.seconds = now_s() - run_start_s_;
-  for (const auto& [name, value] : last_record_.values) {
-    if (name == "loss") result.final_loss = value;
-  }
+  const std::optional<double> loss = last_loss();
+  result.final_loss = loss.value_or(0.0);
   obs::RunEnd end;
   end.interrupted = result.interrupted;
-  end.summary = {{"optimizer steps", std::to_string(result.steps)},
-                 {"skipped steps", std::to_string(result.skipped_steps)},
-                 {"epochs completed", fmt::format("{} of {}", result.epochs_completed, epochs)},
-                 {"samples", std::to_string(result.samples)},
-                 {"wall time", fmt::format("{:.1f} s", result.seconds)},
-                 {"throughput", fmt::format("{:.1f} samples/s", result.new_samples / std::max(result.seconds, 1e-9))},
-                 {"final train loss", fmt::format("{:.6g}", result.final_loss)}};
+  if (result.already_complete) {
+    end.summary.emplace_back("already complete", fmt::format("the checkpoint resumed is at optimizer step {}, where train.epochs and train.max_steps end "
+                                                             "the run: nothing was trained (raise them to train on)", result.steps));
+  }
+  const std::vector<std::pair<std::string, std::string>> counts = {
+      {"optimizer steps", std::to_string(result.steps)},
+      {"skipped steps", std::to_string(result.skipped_steps)},
+      {"epochs completed", fmt::format("{} of {}", result.epochs_in_all, epochs)},
+      {"samples", std::to_string(result.samples)},
+      {"wall time", fmt::format("{:.1f} s", result.seconds)},
+      {"throughput", result.new_samples > 0 ? fmt::format("{:.1f} samples/s", result.new_samples / std::max(result.seconds, 1e-9)) : "no samples trained"},
+      {"final train loss", loss ? fmt::format("{:.6g}", *loss) : "not recorded (a checkpoint older than this record)"}};
+  end.summary.insert(end.summary.end(), counts.begin(), counts.end());
   if (result.oom_recoveries > 0) {
     end.summary.emplace_back("out-of-memory recoveries",
                              fmt::format("{} (each loaded batch ran as {} micro-batches; data.batch_size / {} with train.accumulation_steps "

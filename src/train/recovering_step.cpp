@@ -145,4 +145,20 @@ void fail_out_of_memory(const ExceptionReport& r, c10::Device device, obs::Phase
                r.hint.empty() ? std::string(kOutOfMemoryHint) : r.hint);
 }
 
+void rethrow_with_batch(const std::string& where, const data::Batch& batch, ErrorKind kind) {
+  std::string failed;
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (report_current_exception().out_of_memory) throw;
+    failed = fmt::format("{} failed on a batch of {}: {}", where, batch.shapes(), describe_libtorch_error(e));
+  }
+  BELLOWS_FAIL(kind, failed,
+               kind == ErrorKind::kData ? "the batch does not fit the model or its task: check that every file gives the training data's "
+                                          "shapes and dtypes, and model.task against the targets"
+                                        : "report this with the run's config and plan.json");
+}
+
 }  // namespace bellows::train

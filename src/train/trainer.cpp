@@ -77,7 +77,8 @@ const std::vector<std::string>& compile_names() {
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task> task, TrainerOptions options)
     : model_(std::move(model)), task_(std::move(task)), options_(std::move(options)) {
   BELLOWS_CHECK_CONFIG(model_ != nullptr && task_ != nullptr, "the trainer needs a model and a task", "pass both");
-  BELLOWS_CHECK_CONFIG(options_.epochs >= 1, fmt::format("epochs is {}, expected >= 1", options_.epochs), "set train.epochs");
+  BELLOWS_CHECK_CONFIG(options_.epochs >= 1 || (options_.epochs == 0 && options_.max_steps > 0),
+                       fmt::format("epochs is {}, expected >= 1 (0 only with a max_steps limit)", options_.epochs), "set train.epochs");
   BELLOWS_CHECK_CONFIG(options_.accumulation_steps >= 1,
                        fmt::format("accumulation_steps is {}, expected >= 1", options_.accumulation_steps),
                        "set train.accumulation_steps to 1 (no accumulation) or more");
@@ -235,10 +236,33 @@ FitResult Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   } catch (...) {
     // Out of memory (an allocation of the CPU's counting allocator, a full GPU, a failed host allocation): a resource
     // error (exit code 4) that says where in the step it happened and what the memory held.
-    const ExceptionReport r = report_current_exception();
-    if (!r.out_of_memory) throw;
-    fail_out_of_memory(r, options_.device, recorder_->last_phase(), step_, split_.note);
+    std::exception_ptr error = std::current_exception();
+    if (const ExceptionReport r = report_current_exception(); r.out_of_memory) {
+      try {
+        fail_out_of_memory(r, options_.device, recorder_->last_phase(), step_, split_.note);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    fail_after_saving(train, error);
   }
+}
+
+void Trainer::fail_after_saving(data::BatchSource& train, std::exception_ptr error) {
+  const bool saveable = !mid_step_ && keeper_->enabled() && !options_.sessions && step_ > saved_step_ && step_ > 0 &&
+                        options_.strategy->world_size() == 1;  // several ranks would have to meet to save
+  if (!saveable) std::rethrow_exception(error);
+  std::filesystem::path saved;
+  try {
+    saved = save_checkpoint(&train, "error", /*wait=*/true);
+  } catch (...) {  // the checkpoint could not be written either (a full disk): the first error is the one to report
+    std::rethrow_exception(error);
+  }
+  const ExceptionReport r = report_exception(error);
+  BELLOWS_FAIL(r.kind,
+               fmt::format("{}; optimizer step {}, complete before the error, was saved first: {} (resume=auto continues from it)",
+                           r.message, step_, saved.string()),
+               r.hint);
 }
 
 FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
@@ -248,11 +272,14 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   BELLOWS_CHECK_DATA(batches_per_epoch > 0, "the training data produced no batches",
                      "check the data source: fewer samples than one batch with drop_last?");
   if (options_.sessions) epoch_ = batches_in_epoch_ = 0, first_step_ = step_;
-  std::int64_t planned = first_step_ + (batches_per_epoch + k - 1) / k * options_.epochs;
+  const std::int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
+  // epochs 0: train to max_steps, over as many epochs as that takes (as Lightning's max_steps without max_epochs).
+  const std::int64_t epochs = options_.epochs > 0 ? options_.epochs : (options_.max_steps + steps_per_epoch - 1) / steps_per_epoch;
+  std::int64_t planned = first_step_ + steps_per_epoch * epochs;
   if (options_.max_steps > 0) planned = std::min(planned, first_step_ + options_.max_steps);
 
   // --- set-up: records, the schedule (sessions: built once), replicas, how steps run ---
-  recorder_->start_fit(options_.epochs, batches_per_epoch, planned, step_, parameter_names(*model_, params_));
+  recorder_->start_fit(epochs, batches_per_epoch, planned, step_, parameter_names(*model_, params_));
   keeper_->start_fit();
   if (!options_.sessions) schedule_ = build_schedule(planned);
   if (!pending_schedule_state_.empty()) {
@@ -268,7 +295,9 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   model_->train();
 
   bool done = step_ >= planned;
-  for (; epoch_ < options_.epochs && !done; ++epoch_) {
+  result.already_complete = done && !options_.sessions;
+  if (result.already_complete) result.last_eval = keeper_->last_monitored();
+  for (; epoch_ < epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
     recorder_->start_epoch(step_);
     while (!done) {
@@ -280,10 +309,12 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       recorder_->begin_step(step_);
       strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
       optimizer_->set_lr(schedule_->lr(step_));
+      mid_step_ = true;
       StepBatches loaded(train, batches, step_ + 1, recorder_->clock());
       const StepResult ran = runner->run(loaded);
       ++step_;
       if (ema_ && !ran.ema_updated) ema_->update(step_, ran.gradients.skipped);
+      mid_step_ = false;
       if (options_.detect_anomaly) {
         WholeParameters whole(strategy);
         check_parameters(*model_, step_, optimizer_->lr());
@@ -311,15 +342,19 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
   // --- the end: every weight back on every rank (fsdp), a trace still recording, the last checkpoint, the summary ---
   if (strategy.parameters_released()) strategy.gather_parameters();
   recorder_->end_profile();
-  if (!result.interrupted && keeper_->enabled() && options_.checkpoint.at_end) result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
+  // A resumed run that was complete has its last step on disk already: nothing new to write.
+  if (!result.interrupted && keeper_->enabled() && options_.checkpoint.at_end && !(result.already_complete && step_ == saved_step_)) {
+    result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
+  }
   keeper_->finish_write();
   result.steps = step_;
+  result.epochs_in_all = epoch_;
   result.skipped_steps = precision_->skipped_steps() - skipped_at_start;
   result.samples = samples_;
   result.new_samples = samples_ - samples_at_start;
   result.oom_recoveries = split_.recoveries - recoveries_at_start;
   result.micro_split = split_.parts;
-  recorder_->end_fit(result, options_.epochs, task_->monitor(), split_.parts);
+  recorder_->end_fit(result, epochs, task_->monitor(), split_.parts);
   return result;
 }
 
@@ -369,7 +404,11 @@ std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource&
     StepOutput out;
     {
       auto guard = precision_->autocast();
-      out = task_->eval_step(*model_, b);
+      try {
+        out = task_->eval_step(*model_, b);
+      } catch (...) {
+        rethrow_with_batch(fmt::format("the evaluation after optimizer step {}", step_), b, ErrorKind::kData);
+      }
     }
     const double w = static_cast<double>(b.size);
     add(loss_sum, out.loss, w);
@@ -478,8 +517,12 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
   std::optional<StateDict> gathered, gathered_ema;
   if (options_.strategy->shards_optimizer()) gathered = options_.strategy->gather_state(optimizer_->state_dict());
   if (ema_ && !in_units_.empty()) gathered_ema = options_.strategy->gather_state(ema_->state_dict());  // fsdp: every rank's share
-  return keeper_->save(step_, reason, wait,
-                       [&] { return snapshot(train, gathered ? &*gathered : nullptr, gathered_ema ? &*gathered_ema : nullptr); });
+  mid_step_ = true;  // a failed write leaves nothing to save again
+  std::filesystem::path path =
+      keeper_->save(step_, reason, wait, [&] { return snapshot(train, gathered ? &*gathered : nullptr, gathered_ema ? &*gathered_ema : nullptr); });
+  mid_step_ = false;
+  saved_step_ = step_;
+  return path;
 }
 
 void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }
@@ -504,6 +547,7 @@ ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* op
   c.state = to_host(state);
   c.info = options_.checkpoint_info;
   c.info["precision"] = options_.precision;
+  if (const std::optional<double> loss = recorder_->last_loss()) c.info["train_loss"] = *loss;  // the summary of a resumed finished run
   if (options_.sessions) c.info["online"] = true;
   return c;
 }
@@ -545,6 +589,8 @@ std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::Batch
   }
   load_rng_state(sub_dict(c.state, "rng"));
   keeper_->restore(c.info);
+  saved_step_ = step_;
+  if (c.info.contains("train_loss") && c.info["train_loss"].is_number()) recorder_->set_resumed_loss(c.info["train_loss"].get<double>());
   return differences;
 }
 

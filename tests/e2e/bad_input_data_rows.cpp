@@ -144,7 +144,7 @@ std::vector<BadInput> data_rows() {
        kNpy,
        3,
        {"non-finite gradients: the first at optimizer step 1, in the gradient of layers.0.weight (NaN)",
-        "check the data"}},
+        "check the data", "optimizer step 2, complete before the error, was saved first"}},
       {"NpyRowCountMismatch",
        [](const fs::path& d) {
          write_xy(d);

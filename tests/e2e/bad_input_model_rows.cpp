@@ -86,6 +86,43 @@ std::vector<BadInput> model_rows() {
        {"model.jit_optimize is true under a mixed precision: TorchScript's optimised graphs run outside autocast"}},
       {"ScriptedActivationCheckpointing", with_models, kScripted + " model.path='{dir}/m/good.pt' checkpointing=all", 2,
        {"checkpointing: a TorchScript model (model.name: torchscript) runs as one scripted program that bellows cannot split"}},
+      // Issue 44: a validation file of another width ended the run at its first evaluation, after the training steps,
+      // as "internal error: The following operation failed in the TorchScript interpreter." (exit 1); every dataset
+      // the run feeds the model now takes one evaluation step before the first training step.
+      {"ScriptedValidationOfAnotherWidth",
+       [](const fs::path& d) {
+         with_models(d);
+         data::write_npz(d / "data.npz", {{"x", features()}, {"y", features().sum(1, true)}});
+         data::write_npz(d / "val.npz", {{"x", at::ones({16, 5})}, {"y", at::ones({16, 1})}});
+       },
+       "train '{dir}/run.yaml' data.source=npy data.path='{dir}/data.npz' data.val_path='{dir}/val.npz' data.batch_size=8" + kRun, 3,
+       {"the validation data (data.val_path command line 'data.val_path={dir}/val.npz': {dir}/val.npz) does not fit the model",
+        "an evaluation step on its first 2 sample(s) (x Float [2, 5], y Float [2, 1]) failed",
+        "mat1 and mat2 shapes cannot be multiplied", "(model source: File \"", "make_scripted_models.py\", line"}},
+      // Issue 44: the same file given to predict was the same one-line internal error.
+      {"ScriptedPredictInputOfAnotherWidth",
+       [](const fs::path& d) {
+         with_models(d);
+         const CliResult r = run_cli(expand("train '{dir}/run.yaml' data.source=npy data.path='{dir}/x.npy' data.npy.y='{dir}/y.npy' "
+                                            "data.batch_size=8 threads=1 train.max_steps=2 --output-dir '{dir}/src'", d));
+         EXPECT_EQ(r.code, 0) << r.err;
+         data::write_npy(d / "wide.npy", at::ones({10, 5}));
+       },
+       "predict '{dir}/src/scripted' --threads 1 --input '{dir}/wide.npy' --output '{dir}/out.npy'", 3,
+       {"--input {dir}/wide.npy does not fit the model: the prediction of rows 0..9 (x Float [10, 5]) failed",
+        "mat1 and mat2 shapes cannot be multiplied", "give the inputs the model was trained on"},
+       false, {"{dir}/out.npy"}},
+      // Issue 44: class labels under the default model.task (regression) ended the first step as "internal error:
+      // LibTorch: shape '[64, 4]' is invalid for input of size 64"; a configuration error naming model.task now.
+      {"ScriptedClassLabelsUnderRegression",
+       [](const fs::path& d) {
+         with_models(d);
+         data::write_npy(d / "y.npy", at::arange(64, at::kLong).remainder(3));
+       },
+       kScripted + " model.path='{dir}/m/classifier.pt'", 2,
+       {"model.task is regression (schema default) but the targets y are Long class labels (1 per sample) and the model gives 3 "
+        "outputs per sample ({dir}/m/classifier.pt [1, 3])",
+        "set model.task: classification"}},
       {"ScriptedInitWeightsNames", with_models, kScripted + " model.path='{dir}/m/good.pt' init_weights='{dir}/m/other_names.safetensors'", 3,
        {"{dir}/m/other_names.safetensors", "net.0.weight"}},
   };

@@ -9,9 +9,9 @@ from safetensors.torch import save_file
 
 
 class Mlp(nn.Module):
-    def __init__(self, inputs: int = 4):
+    def __init__(self, inputs: int = 4, outputs: int = 1):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(inputs, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.net = nn.Sequential(nn.Linear(inputs, 8), nn.ReLU(), nn.Linear(8, outputs))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -35,6 +35,7 @@ def main():
     good = Mlp()
     torch.jit.script(good).save(os.path.join(out, "good.pt"))
     torch.jit.script(Mlp(16)).save(os.path.join(out, "wide.pt"))
+    torch.jit.script(Mlp(4, 3)).save(os.path.join(out, "classifier.pt"))
     torch.jit.script(DictLoss()).save(os.path.join(out, "dict_loss.pt"))
     torch.jit.script(VectorLoss()).save(os.path.join(out, "vector_loss.pt"))
     frozen = Mlp()

@@ -56,10 +56,11 @@ TEST(TrainCli, DemoTrainsAndWritesTheRunDirectory) {
   EXPECT_TRUE(fs::exists(out / "demo-2" / "metrics.jsonl"));
 }
 
+// --max-steps without train.epochs (the demo sets 3) trains to max_steps: one epoch of 231 batches is planned.
 TEST(TrainCli, PlainLinesWhenNotATerminal) {
   const Result r = run("train --max-steps 20 --output-dir " + scratch().string() + " train.log_every_n_steps=10 threads=1");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("epoch 1/3 batch 10/231 step 10 loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 1/1 batch 10/231 step 10 loss"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress-bar redraws in a pipe";
 }
 
@@ -279,6 +280,87 @@ TEST(TrainCli, DataOnTheDeviceTrainsAsTheLoaderBitwise) {
     if (e["key"] == "on_device") EXPECT_NE(e["reason"].get<std::string>().find("the device is the host"), std::string::npos) << e;
   }
   EXPECT_NE(device.out.find("kept on the device, batches gathered there (data.on_device)"), std::string::npos) << device.out;
+}
+
+
+
+// Issue 44: `rows` rows of "a,b,y" with class labels 0..2 in y; `bad_row` (>= 0) holds label 7 instead.
+std::string labelled_table(int rows, int bad_row = -1) {
+  std::string s = "a,b,y\n";
+  for (int r = 0; r < rows; ++r) s += std::to_string(0.1 * r) + "," + std::to_string(0.05 * r) + "," + std::to_string(r == bad_row ? 7 : r % 3) + "\n";
+  return s;
+}
+
+const std::string kClassifier = " data.source=csv data.csv.targets=[y] data.csv.integer=[y] model.name=mlp model.task=classification "
+                                "model.in_features=2 model.out_features=3 model.hidden=[8] data.batch_size=8 data.shuffle=false threads=1 ";
+
+// Issue 44: an error in an evaluation (a label the head cannot take, in a validation batch the trial step before
+// training does not see) ended the run as an internal error and lost the steps since the last checkpoint. It is an
+// input data error now that names the evaluation, the step and the batch's shapes, and the step the run completed
+// is saved first: a checkpoint that verifies.
+TEST(TrainCli, AnErrorInAnEvaluationSavesTheLastCompletedStepFirst) {
+  const fs::path dir = scratch();
+  write(dir, "train.csv", labelled_table(40));
+  write(dir, "val.csv", labelled_table(24, /*bad_row=*/12));
+  const Result r = run("train" + kClassifier + "data.path=" + (dir / "train.csv").string() + " data.val_path=" + (dir / "val.csv").string() +
+                       " train.max_steps=6 train.eval_every_n_steps=3 checkpoint.every_n_steps=0 --output-dir " + (dir / "runs").string());
+  EXPECT_EQ(r.code, 3) << r.err;
+  for (const char* expected : {"the evaluation after optimizer step 3 failed on a batch of x Float [8, 2], y Long [8]",
+                               "Target 7 is out of bounds", "optimizer step 3, complete before the error, was saved first",
+                               "resume=auto continues from it"}) {
+    EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
+  }
+  const fs::path saved = dir / "runs" / "demo" / "checkpoints" / "step-000000003";
+  ASSERT_TRUE(fs::exists(saved / "manifest.json")) << r.err;
+  const Result inspect = run("ckpt inspect " + saved.string());
+  EXPECT_EQ(inspect.code, 0) << inspect.err;
+}
+
+// Issue 44: train.max_steps without train.epochs trained one epoch (the default) and stopped there; it trains to
+// max_steps now, over as many epochs as that takes, and the plan's length row says which limit ends the run.
+TEST(TrainCli, MaxStepsWithoutEpochsTrainsToMaxSteps) {
+  const fs::path dir = scratch();
+  write(dir, "train.csv", labelled_table(40));  // 5 batches of 8 per epoch
+  const std::string config = write(dir, "run.yaml", "name: cls\ntrain:\n  max_steps: 12\n").string();
+  const std::string args = "train " + config + kClassifier + "data.path=" + (dir / "train.csv").string() + " data.val_fraction=0 ";
+  const Result to_max = run(args + "--output-dir " + (dir / "a").string());
+  ASSERT_EQ(to_max.code, 0) << to_max.err;
+  EXPECT_NE(to_max.out.find("optimizer steps   12"), std::string::npos) << to_max.out;
+  EXPECT_NE(to_max.out.find("train.max_steps 12 ends the run (train.epochs not set in the config: as many epochs as it takes, 3); "
+                            "5 optimizer step(s) per epoch (5 batches)"), std::string::npos) << to_max.out;
+  const Result by_epochs = run(args + "train.epochs=2 --output-dir " + (dir / "b").string());
+  ASSERT_EQ(by_epochs.code, 0) << by_epochs.err;
+  EXPECT_NE(by_epochs.out.find("optimizer steps   10"), std::string::npos) << by_epochs.out;
+  EXPECT_NE(by_epochs.out.find("train.epochs 2 ends the run before train.max_steps 12 would"), std::string::npos) << by_epochs.out;
+  const auto plan = nlohmann::json::parse(slurp(dir / "b" / "cls" / "plan.json"));
+  std::string length;
+  for (const auto& entry : plan.value("entries", nlohmann::json::array())) {
+    if (entry.value("key", "") == "length") length = entry.value("value", "");
+  }
+  EXPECT_EQ(length, "10 steps") << plan.dump();
+}
+
+// Issue 44: resuming a run that had finished printed "final train loss 0" and "epochs completed 0 of 3"; it says the
+// run is complete, with the last numbers of the checkpoint, and writes no checkpoint again.
+TEST(TrainCli, ResumingAFinishedRunSaysItIsCompleteWithItsLastNumbers) {
+  const fs::path dir = scratch();
+  write(dir, "train.csv", labelled_table(40));
+  const std::string args = "train" + kClassifier + "data.path=" + (dir / "train.csv").string() +
+                           " data.val_fraction=0.2 train.epochs=2 --output-dir " + (dir / "runs").string();
+  const Result first = run(args);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const auto loss_line = [](const std::string& out) {
+    const auto at = out.find("final train loss");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  ASSERT_NE(loss_line(first.out), "") << first.out;
+  const Result again = run(args + " resume=auto");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("already complete    the checkpoint resumed is at optimizer step 8"), std::string::npos) << again.out;
+  EXPECT_EQ(loss_line(again.out), loss_line(first.out)) << again.out;
+  EXPECT_NE(again.out.find("epochs completed    2 of 2"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("last eval accuracy"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("checkpoint " + (dir / "runs").string()), std::string::npos) << "wrote a checkpoint again:\n" << again.out;
 }
 
 }  // namespace

@@ -183,7 +183,7 @@ int run_predict(const PredictArgs& a) {
     batch.tensors["x"] = x.slice(0, first, first + batch.size).to(p.device);
     for (const auto& [name, t] : extra) batch.tensors[name] = t.slice(0, first, first + batch.size).to(p.device);
     options.first_index = first;
-    outputs.push_back(built.task->predict(*built.module, batch, options).to(at::kCPU));
+    outputs.push_back(app::predict_batch(*built.task, *built.module, batch, options, "--input " + input_name).to(at::kCPU));
   }
   const at::Tensor result = at::cat(outputs, 0);
 

@@ -11,7 +11,9 @@
 #include "bellows/config/config.h"     // defines: Config
 #include "bellows/data/build.h"        // defines: DataSplits
 #include "bellows/models/registry.h"   // defines: BuiltModel, ModelContext, WeightImport
+#include "bellows/models/task.h"       // defines: Task
 #include "bellows/plan/plan.h"         // defines: PlanEntry
+#include "bellows/util/error.h"        // defines: ErrorKind
 
 namespace bellows::app {
 
@@ -43,6 +45,28 @@ std::optional<plan::PlanEntry> take_input_width_from_data(config::Config& config
 // The data's samples against the model's keys before the model exists: model.in_features against the inputs'
 // width, and the model's own check (ModelEntry::check_data). kConfig/kData errors naming key and shapes.
 void check_data_against_model(const config::Config& config, const data::Dataset& train);
+
+// Data the run will feed the model, for trial_evaluation: what to call it in an error ("the validation data
+// (data.val_path: val.npz)") and the kind of error a misfit is (kConfig for the training data, which sizes the
+// model; kData for the data that must fit a model made for it).
+struct TrialData {
+  const data::Dataset* dataset = nullptr;
+  std::string what;
+  ErrorKind kind = ErrorKind::kData;
+};
+
+// One evaluation step of the model and its task (eval mode, no gradients, on the device the model is on) on the
+// first two samples of each dataset, before the run does any work: a validation file of another width, targets
+// the task's loss cannot take (class labels under model.task: regression) fail here, as a `kind` error naming the
+// data, the shapes fed and LibTorch's message (for a scripted model, the interpreter's error and source line),
+// instead of at the first evaluation after the training steps. The model's buffers and the random streams are put
+// back: the run is the same as without the trial.
+void trial_evaluation(torch::nn::Module& model, Task& task, const std::vector<TrialData>& data);
+
+// task.predict() on one batch of `what` (e.g. "--input val.npz"), rows [first, first + batch.size): LibTorch's errors
+// (inputs of another shape than the model's) as a kData error naming the input, the rows, their shapes and
+// LibTorch's message (a scripted model's source line); out-of-memory and bellows' own errors as they are.
+at::Tensor predict_batch(Task& task, torch::nn::Module& model, const data::Batch& batch, const PredictOptions& options, const std::string& what);
 
 // The input rows of a prediction against the model's input width (model.in_features or model.context_features of
 // `config`), before any batch runs: a kData error "<what> has shape [r, w], the model expects [rows, W] (<key><key_note>)".

@@ -22,6 +22,10 @@ void add_trainer_keys(config::Schema& schema);
 // errors name the key: optim.betas not two values, ema.eval without ema.enabled.
 train::TrainerOptions trainer_options(const config::Config& config, const plan::Plan& plan);
 
+// The plan's "length" row: which limit ends the run (train.epochs, train.max_steps, or max_steps alone over as many
+// epochs as it takes) and the optimizer steps per epoch, for `batches_per_epoch` batches.
+plan::PlanEntry length_entry(const train::TrainerOptions& options, std::int64_t batches_per_epoch);
+
 // The compile key (train/step_graph.h) for a trainer with options `o` and `world_size` processes: sets o.compile
 // ("cuda_graph" when asked for it, or when auto and step_graph_unfit finds nothing against it; else "off") and turns
 // out-of-memory recovery off under a graph unless train.oom_recovery is true (a captured step's memory is fixed).

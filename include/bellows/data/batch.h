@@ -23,6 +23,8 @@ struct Batch {
   std::string unsplittable() const;
   // Samples [start, start + count) of every tensor (views, no copy). kData error when unsplittable().
   Batch slice(std::int64_t start, std::int64_t count) const;
+  // "x Float [2, 5, 64], y Long [2]": what an error about the batch shows.
+  std::string shapes() const;
 };
 
 // The sizes of `parts` near-equal consecutive pieces of `size` samples (the first size % parts one larger);

@@ -50,6 +50,7 @@ class CheckpointKeeper {
   void finish_write();  // waits for a background write; rethrows its error; its note goes to the sinks
 
   void observe(double monitored);  // the monitored metric at an evaluation
+  std::optional<double> last_monitored() const { return last_eval_; }  // observed, or from a resumed manifest
   // The monitored and best values of a resumed checkpoint's manifest, and which checkpoint is the best.
   void restore(const nlohmann::json& info);
 

@@ -73,6 +73,10 @@ class Recorder {
   obs::PhaseClock& clock() { return *clock_; }  // the fit's (from start_fit)
   obs::Phase last_phase() const { return clock_ ? clock_->last() : obs::Phase::kOther; }
   double flops_per_sample() const { return flops_per_sample_; }  // of a training step (count_flops); 0 before counted
+  // The training loss of the last record (a checkpoint stores it), and the one a resumed checkpoint stored: the
+  // summary's final train loss when this fit records none (a resumed run that was complete).
+  std::optional<double> last_loss() const;
+  void set_resumed_loss(double loss) { resumed_loss_ = loss; }
 
  private:
   struct Window;  // sums over one logging window, on the device
@@ -94,6 +98,7 @@ class Recorder {
   std::int64_t fit_first_step_ = 0;
   double run_start_s_ = 0;
   obs::StepRecord last_record_;
+  std::optional<double> resumed_loss_;
 };
 
 }  // namespace bellows::train

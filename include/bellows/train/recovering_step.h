@@ -50,4 +50,10 @@ class RecoveringStep final : public StepRunner {
 [[noreturn]] void fail_out_of_memory(const ExceptionReport& report, c10::Device device, obs::Phase last, std::int64_t step,
                                      const std::string& note);
 
+// From a catch block around a part of a run that feeds the model a batch: LibTorch's error (a shape that does not
+// fit, a label out of range, a scripted model's exception) as a `kind` error that says where (`where`: "the forward
+// and loss of optimizer step 51", "the evaluation after step 50"), the batch's shapes and LibTorch's message with a
+// scripted model's source line. bellows' own errors and out-of-memory errors are rethrown as they are.
+[[noreturn]] void rethrow_with_batch(const std::string& where, const data::Batch& batch, ErrorKind kind);
+
 }  // namespace bellows::train

@@ -102,6 +102,11 @@ class Trainer {
  private:
   FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
   StepParts step_parts();
+  // What fit() does with an error (`error`; an out-of-memory error already worded): where the state is that of a
+  // completed step not yet on disk (the error came in its records or evaluation, not inside a step or a checkpoint's
+  // write) and one process trains, writes that step's checkpoint first, so no finished step is lost, and says so
+  // in the error's message. Rethrows.
+  [[noreturn]] void fail_after_saving(data::BatchSource& train, std::exception_ptr error);
   // The schedule over `planned` optimizer steps (total_steps 0: those) with the mode of the task's monitor.
   std::unique_ptr<Schedule> build_schedule(std::int64_t planned);
   void run_eval(data::BatchSource& val, FitResult& result);
@@ -135,6 +140,8 @@ class Trainer {
   std::int64_t batches_in_epoch_ = 0;  // batches consumed in the current epoch (for resume)
   std::int64_t samples_ = 0;
   std::int64_t first_step_ = 0;      // fit() plans from here: 0, or where a session or an online checkpoint began
+  bool mid_step_ = false;            // a step or a checkpoint's write is under way: the state is no step's to save
+  std::int64_t saved_step_ = -1;     // the step of the newest checkpoint written or resumed from
   StateDict pending_schedule_state_;  // loaded before fit() builds the schedule
   PlanRevision plan_revision_;
 };

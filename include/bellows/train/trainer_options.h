@@ -54,7 +54,7 @@ struct TrainerOptions {
   std::optional<EmaOptions> ema;               // absent: no EMA
   bool eval_with_ema = false;                  // evaluate with EMA weights (needs ema)
   std::vector<std::string> freeze;             // parameter name globs to freeze
-  std::int64_t epochs = 1;
+  std::int64_t epochs = 1;  // 0: as many as max_steps takes (train.max_steps set, train.epochs not)
   std::int64_t max_steps = 0;                  // > 0: stop after this many optimizer steps
   std::int64_t accumulation_steps = 1;         // micro-batches per optimizer step
   double clip_max_norm = 0;                    // > 0: clip the global L2 norm of gradients

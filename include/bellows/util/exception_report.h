@@ -26,6 +26,12 @@ struct ExceptionReport {
 ExceptionReport report_exception(const std::exception_ptr& error) noexcept;
 inline ExceptionReport report_current_exception() noexcept { return report_exception(std::current_exception()); }
 
+// A LibTorch error as one readable paragraph: c10::Error's message without its backtrace; the TorchScript
+// interpreter's ("The following operation failed in the TorchScript interpreter." and two tracebacks) as its
+// final error line and where the model's source raised it: "RuntimeError: ... (in forward, /src/model.py line 9:
+// h = self.c1(signal))". Other exceptions: their what(). report_exception() words LibTorch's errors this way.
+std::string describe_libtorch_error(const std::exception& e);
+
 // The hint given with every out-of-memory report.
 inline constexpr const char* kOutOfMemoryHint =
     "reduce data.batch_size (keeping the effective batch with train.accumulation_steps), turn on activation checkpointing "

@@ -1,6 +1,7 @@
 // The check-macro family: kinds, messages, hints and source locations survive into the thrown Error.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/jit.h>
 
 #include <new>
 
@@ -89,6 +90,29 @@ TEST(ExceptionReport, OutOfMemoryIsAResourceErrorWithAHint) {
   const ExceptionReport other = report_of([] { throw std::runtime_error("something else"); });
   EXPECT_EQ(other.kind, ErrorKind::kInternal);
   EXPECT_EQ(other.message, "something else");
+}
+
+// Issue 44: the interpreter's error reached the user as its first line, "The following operation failed in the
+// TorchScript interpreter.", and nothing else. It is reported as its error line and the source line that raised it.
+TEST(ExceptionReport, AScriptedModelsErrorIsItsMessageAndSourceLine) {
+  const auto unit = torch::jit::compile(R"JIT(
+def widen(x: Tensor) -> Tensor:
+    y = x * 2
+    return y.view(3)
+)JIT");
+  try {
+    unit->run_method("widen", at::ones({2}));
+    FAIL() << "view(3) of 2 elements ran";
+  } catch (const std::exception& e) {
+    const std::string text = describe_libtorch_error(e);
+    EXPECT_NE(text.find("shape '[3]' is invalid for input of size 2"), std::string::npos) << text;
+    EXPECT_NE(text.find("line 4, in widen: return y.view(3)"), std::string::npos) << text;
+    EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+    EXPECT_EQ(text.find("The following operation failed"), std::string::npos) << text;
+    const ExceptionReport r = report_current_exception();
+    EXPECT_EQ(r.kind, ErrorKind::kInternal);
+    EXPECT_NE(r.message.find("return y.view(3)"), std::string::npos) << r.message;
+  }
 }
 
 TEST(Suggest, EditDistance) {

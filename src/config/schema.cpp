@@ -80,10 +80,15 @@ std::string type_problem(const std::string& key, const YAML::Node& node, Type ty
   return {};
 }
 
+// "in [0, 1]", ">= 0", "<= 1": the bounds of a number key (one that has some).
+std::string bounds_text(const KeySpec& spec) {
+  if (spec.min && spec.max) return fmt::format("in [{}, {}]", *spec.min, *spec.max);
+  if (spec.min) return fmt::format(">= {}", *spec.min);
+  return fmt::format("<= {}", *spec.max);
+}
+
 std::string range_text(const KeySpec& spec) {
-  if (spec.min && spec.max) return fmt::format("a value in [{}, {}]", *spec.min, *spec.max);
-  if (spec.min) return fmt::format("a value >= {}", *spec.min);
-  return fmt::format("a value <= {}", *spec.max);
+  return "a value " + bounds_text(spec);
 }
 
 // Range and choice problems of one (well-typed, scalar) value; `what` names it ("'a'", "'a' element 2").
@@ -124,6 +129,74 @@ std::vector<std::string> value_problems(const KeySpec& spec, const YAML::Node& n
   std::size_t index = 0;
   for (const auto& element : node) check_limits(spec, element, fmt::format("'{}' element {}", spec.key, index++), out);
   return out;
+}
+
+// --- empty values ---
+
+// What an empty value (null) stands for, where the key can be empty; see schema.h.
+enum class Emptied { kRefused, kRemoved, kEmptyList, kEmptyString };
+
+Emptied emptied(const KeySpec& spec) {
+  if (spec.required) return Emptied::kRefused;
+  if (is_list(spec.type)) return Emptied::kEmptyList;
+  if (!spec.default_value) return Emptied::kRemoved;
+  if (spec.type == Type::kString && spec.default_value->IsScalar() && spec.default_value->Scalar().empty()) {
+    return Emptied::kEmptyString;
+  }
+  return Emptied::kRefused;
+}
+
+// Replaces the key's empty value (null) by what it stands for; a key that has none keeps it, for the validator.
+void clear_empty_value(Config& config, const KeySpec& spec) {
+  const YAML::Node node = config.node(spec.key);
+  if (!node.IsDefined() || !node.IsNull()) return;
+  const Origin origin = config.origin(spec.key);  // a copy: set() replaces the one recorded
+  switch (emptied(spec)) {
+    case Emptied::kRemoved: config.erase(spec.key); return;
+    case Emptied::kEmptyList: config.set(spec.key, YAML::Node(YAML::NodeType::Sequence), origin); return;
+    case Emptied::kEmptyString: config.set(spec.key, YAML::Load("\"\""), origin); return;  // as 'key=""' gives it
+    case Emptied::kRefused: return;
+  }
+}
+
+// What a key takes, for a message: "a number >= 0", "one of [sgd, adamw]", "an integer >= 1 or auto".
+std::string takes_text(const KeySpec& spec) {
+  std::string text;
+  if (!spec.choices.empty()) {
+    text = fmt::format("one of [{}]", fmt::join(spec.choices, ", "));
+  } else if (spec.type == Type::kBool) {
+    text = "true or false";
+  } else {
+    text = type_name(spec.type);
+    const Type type = element_type(spec.type);
+    if ((type == Type::kInt || type == Type::kDouble) && (spec.min || spec.max)) {
+      text += " " + bounds_text(spec);
+    }
+  }
+  if (!spec.words.empty()) text += fmt::format(" or {}", fmt::join(spec.words, ", "));
+  return text;
+}
+
+// Why a key that has no empty value cannot be left empty, what it takes instead, and where it is a string that
+// may be empty, how that is written (on the command line the shell takes the quotes: they go inside single ones).
+std::string empty_problem(const KeySpec& spec, const Origin& origin) {
+  std::string text =
+      fmt::format("'{}' {}: it takes {}", spec.key,
+                  spec.required ? "is required and cannot be empty" : "cannot be empty", takes_text(spec));
+  if (spec.default_value) {
+    YAML::Emitter e;
+    e << YAML::Flow << *spec.default_value;
+    text += fmt::format(" (default {})", e.c_str());
+  }
+  const bool empty_string_allowed =
+      spec.type == Type::kString && !spec.required &&
+      (spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), "") != spec.choices.end());
+  if (empty_string_allowed) {
+    text += origin.file.empty()
+                ? fmt::format("; an empty string is written '{}=\"\"'", spec.key)
+                : fmt::format("; an empty string is written {}: \"\"", spec.key.substr(spec.key.rfind('.') + 1));
+  }
+  return text;
 }
 
 bool under(const std::string& key, const std::string& prefix) {
@@ -173,6 +246,8 @@ class Validator {
   }
 
   const std::vector<std::string>& problems() const { return problems_; }
+  // Whether a key without an empty value was given one.
+  bool refused_empty() const { return refused_empty_; }
 
  private:
   void check_key(const std::string& key, const YAML::Node& node) {
@@ -181,6 +256,11 @@ class Validator {
       return;
     }
     if (const auto spec = keys_.find(key); spec != keys_.end()) {
+      if (node.IsNull()) {  // the empty values that stand for something were replaced before the walk
+        refused_empty_ = true;
+        add_problem(fmt::format("{}: {}", origin, empty_problem(spec->second, config_.origin(key))));
+        return;
+      }
       for (const auto& problem : value_problems(spec->second, node)) {
         add_problem(fmt::format("{}: {}", origin, problem));
       }
@@ -222,6 +302,7 @@ class Validator {
   std::set<std::string> parents_;        // proper prefixes of declared keys: must be mappings
   std::vector<std::string> candidates_;  // every valid key or prefix, for suggestions
   std::vector<std::string> problems_;
+  bool refused_empty_ = false;
 };
 
 // The value of a key for a getter, or a kConfig error when it is absent or of the wrong type.
@@ -330,6 +411,7 @@ void Schema::allow_free_subtree(const std::string& prefix) {
 // --- validation ---
 
 void Schema::validate(Config& config) const {
+  for (const auto& [key, spec] : keys_) clear_empty_value(config, spec);
   for (const auto& [key, spec] : keys_) {
     if (spec.default_value) config.set_default(key, *spec.default_value);
   }
@@ -337,7 +419,11 @@ void Schema::validate(Config& config) const {
   validator.walk(config.root(), "");
   validator.check_missing();
   BELLOWS_CHECK_CONFIG(validator.problems().empty(), detail::problem_list(validator.problems()),
-                       "fix each value where the line says it was set, or override it with key=value");
+                       std::string("fix each value where the line says it was set, or override it with key=value") +
+                           (validator.refused_empty()
+                                ? "; an empty value (key=) clears only a key that can be empty: a list, a string whose "
+                                  "default is \"\", a key without a default"
+                                : ""));
   for (const auto& [key, spec] : keys_) {
     if (!spec.file_path || !config.has(key)) continue;
     const std::string value = config.node(key).Scalar();

@@ -5,8 +5,13 @@
 //
 // Type rules: an int is accepted where a double is expected; a double (1.5) or a quoted string ("64") is not
 // an int; bools are YAML 1.2 bools only (true/false, any capitalisation YAML allows), not yes/on/1; strings
-// accept any scalar text; lists are sequences whose every element has the element type. Null (an empty
-// value) is never of any type. Numbers follow YAML 1.2's core schema: 3e-4 and .5 are numbers.
+// accept any scalar text; lists are sequences whose every element has the element type. Numbers follow YAML
+// 1.2's core schema: 3e-4 and .5 are numbers.
+//
+// An empty value (null: `key=` on the command line, `key:` or `key: null` in a file) clears a key that can be
+// empty: a list becomes [], a string whose default is "" becomes "", any other key without a default is removed
+// (unset). Any other key (a number, a boolean, a string with another default, a required key) has no empty value:
+// validation names what it takes instead (and how an empty string is written, 'name=""').
 #pragma once
 
 #include <cstdint>

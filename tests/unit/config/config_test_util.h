@@ -36,6 +36,8 @@ inline Schema test_schema() {
   s.add("data.shuffle", Type::kBool, "shuffle every epoch").default_value(YAML::Node(true));
   s.add("data.sizes", Type::kIntList, "crop sizes").min(1);
   s.add("data.weights", Type::kDoubleList, "class weights");
+  s.add("data.val_path", Type::kString, "validation data (empty: split off)").default_value(YAML::Load("''"));
+  s.add("data.limit", Type::kInt, "samples used (unset: all)").min(1);
   s.add("schedule", Type::kString, "learning-rate schedule").default_value(YAML::Node("constant"));
   s.alias("--batch-size", "data.batch_size");
   s.alias("--lr", "optim.lr");

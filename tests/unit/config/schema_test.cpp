@@ -13,6 +13,7 @@ namespace {
 
 using test_support::error_from;
 using test_support::kDataDir;
+using test_support::leaves;
 using test_support::test_schema;
 
 // The one-line message of validating `yaml` (parsed as run.yaml, with model.name set unless it says so).
@@ -54,7 +55,6 @@ TEST(SchemaValidate, WrongTypes) {
   EXPECT_EQ(problem("data:\n  batch_size: 99999999999999999999\n"),
             "run.yaml:2:3: 'data.batch_size' expects an integer that fits in 64 bits, got 99999999999999999999");
   EXPECT_EQ(problem("optim:\n  lr: fast\n"), "run.yaml:2:3: 'optim.lr' expects a number, got 'fast'");
-  EXPECT_EQ(problem("optim:\n  lr:\n"), "run.yaml:2:3: 'optim.lr' expects a number, got an empty value (null)");
   EXPECT_EQ(problem("data:\n  shuffle: yes\n"),
             "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 'yes'");
   EXPECT_EQ(problem("data:\n  shuffle: 1\n"), "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 1");
@@ -73,6 +73,67 @@ TEST(SchemaValidate, WrongTypes) {
             "run.yaml:2:3: 'data.tags' expects a list of strings, but element 1 is a list");
   EXPECT_EQ(problem("optim: adam\n"),
             "run.yaml:1:1: 'optim' must be a mapping (of keys such as 'optim.lr'), got 'adam'");
+}
+
+// `key=` on the command line, `key:` or `key: null` in a file: the key's empty value where it has one (schema.h).
+TEST(SchemaValidate, EmptyValueClearsAKeyThatCanBeEmpty) {
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\ndata:\n  val_path: val.csv\n  tags: [a]\n  sizes: [4]\n  limit: 9\n",
+                           "run.yaml");
+  c.apply_arguments({"data.val_path=", "data.tags=", "--batch-size", "8", "data.sizes=", "data.limit="},
+                    schema.aliases());
+  schema.validate(c);
+  EXPECT_EQ(get_string(c, "data.val_path"), "");  // a string whose default is ""
+  EXPECT_EQ(c.origin("data.val_path").str(), "command line 'data.val_path='");
+  EXPECT_TRUE(get_string_list(c, "data.tags").empty());  // a list, with a default
+  EXPECT_TRUE(get_int_list(c, "data.sizes").empty());    // a list without one
+  EXPECT_FALSE(c.has("data.limit"));                     // no default: unset, as if never given
+  EXPECT_EQ(get_int(c, "data.batch_size"), 8);
+  // What the run keeps reads back as it was cleared.
+  Config back = Config::parse(c.to_yaml(), "back.yaml");
+  schema.validate(back);
+  EXPECT_EQ(leaves(back), leaves(c));
+  // A file's null means the same.
+  Config file = Config::parse("model:\n  name: mlp\ndata:\n  val_path:\n  tags: ~\n  limit: null\n", "run.yaml");
+  schema.validate(file);
+  EXPECT_EQ(get_string(file, "data.val_path"), "");
+  EXPECT_TRUE(get_string_list(file, "data.tags").empty());
+  EXPECT_FALSE(file.has("data.limit"));
+}
+
+TEST(SchemaValidate, EmptyValueOfAKeyThatCannotBeEmptyNamesWhatItTakes) {
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  c.apply_arguments({"optim.lr=", "data.shuffle=", "optim.name=", "schedule=", "--batch-size="}, schema.aliases());
+  const Error e = error_from([&] { schema.validate(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_EQ(
+      e.message(),
+      "5 configuration problems:\n"
+      "command line '--batch-size=': 'data.batch_size' cannot be empty: it takes an integer >= 1 (default 32)\n"
+      "command line 'data.shuffle=': 'data.shuffle' cannot be empty: it takes true or false (default true)\n"
+      "command line 'optim.lr=': 'optim.lr' cannot be empty: it takes a number >= 0 (default 0.1)\n"
+      "command line 'optim.name=': 'optim.name' cannot be empty: it takes one of [sgd, adamw] (default adamw)\n"
+      "command line 'schedule=': 'schedule' cannot be empty: it takes a string (default constant); an empty string "
+      "is written 'schedule=\"\"'");
+  EXPECT_EQ(
+      e.hint(),
+      "fix each value where the line says it was set, or override it with key=value; an empty value (key=) clears "
+      "only a key that can be empty: a list, a string whose default is \"\", a key without a default");
+  // Quoted, the empty string is a value like any other.
+  Config quoted = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  quoted.apply_override("schedule=\"\"");
+  schema.validate(quoted);
+  EXPECT_EQ(get_string(quoted, "schedule"), "");
+  // In a file, the same words, with the file's spelling; a required key says so.
+  EXPECT_EQ(problem("optim:\n  lr:\n"),
+            "run.yaml:2:3: 'optim.lr' cannot be empty: it takes a number >= 0 (default 0.1)");
+  EXPECT_EQ(
+      problem("schedule: ~\n"),
+      "run.yaml:1:1: 'schedule' cannot be empty: it takes a string (default constant); an empty string is written "
+      "schedule: \"\"");
+  EXPECT_EQ(problem("model:\n  name:\n"),
+            "run.yaml:2:3: 'model.name' is required and cannot be empty: it takes a string");
 }
 
 TEST(SchemaValidate, AcceptedTypes) {

@@ -42,10 +42,56 @@ TEST(SchemaValidate, UnknownKeySuggestsTheClosestValidKey) {
   EXPECT_EQ(problem("optim:\n  lrr: 0.1\n"), "run.yaml:2:3: unknown key 'optim.lrr'; did you mean 'optim.lr'?");
   EXPECT_EQ(problem("data:\n  batchsize: 8\n"),
             "run.yaml:2:3: unknown key 'data.batchsize'; did you mean 'data.batch_size'?");
-  EXPECT_EQ(problem("optimm:\n  lr: 0.1\n"), "run.yaml:1:1: unknown key 'optimm'; did you mean 'optim'?");
+  EXPECT_EQ(problem("optimm:\n  beta: 0.1\n"), "run.yaml:1:1: unknown key 'optimm'; did you mean 'optim'?");
   // Not close in spelling, but the name of a key in another section.
   EXPECT_EQ(problem("momentum: 0.5\n"), "run.yaml:1:1: unknown key 'momentum'; did you mean 'optim.momentum'?");
   EXPECT_EQ(problem("zzzzzzzz: 1\n"), "run.yaml:1:1: unknown key 'zzzzzzzz'");
+}
+
+// Other tools' names for a key (Schema::common_name) and the aliases' names, matched on the last part of an unknown
+// key wherever it appears.
+TEST(SchemaValidate, UnknownKeySuggestsTheKeyAnotherToolsNameStandsFor) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"optim:\n  learning_rate: 0.01\n", "run.yaml:2:3: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?"},
+      {"learning_rate: 0.01\n", "run.yaml:1:1: unknown key 'learning_rate'; did you mean 'optim.lr'?"},
+      {"trainer:\n  Num-Workers: 4\n", "run.yaml:2:3: unknown key 'trainer.Num-Workers'; did you mean 'data.workers'?"},
+      // An alias's name without its dashes: --batch-size.
+      {"trainer:\n  batch-size: 4\n",
+       "run.yaml:2:3: unknown key 'trainer.batch-size'; did you mean 'data.batch_size'?"},
+      // A mapping names a section, not a key: spelling decides.
+      {"learning_rate: {a: 1}\n", "run.yaml:1:1: unknown key 'learning_rate'"},
+      // An unknown section holding a key known by a name: each of its keys, with the one it means.
+      {"optimm:\n  lr: 0.1\n  beta: 0.9\n",
+       "2 configuration problems:\nrun.yaml:3:3: unknown key 'optimm.beta'\n"
+       "run.yaml:2:3: unknown key 'optimm.lr'; did you mean 'optim.lr'?"},
+  };
+  for (const auto& [yaml, expected] : cases) EXPECT_EQ(problem(yaml), expected) << yaml;
+  // On the command line, the same.
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  c.apply_override("optim.learning_rate=0.01");
+  EXPECT_EQ(error_from([&] { schema.validate(c); }).message(),
+            "command line 'optim.learning_rate=0.01': unknown key 'optim.learning_rate'; did you mean 'optim.lr'?");
+}
+
+TEST(SchemaValidate, AKeysNameComesBeforeAKeySpeltLikeIt) {
+  Schema s;
+  s.add("train.max_steps", Type::kInt, "steps").default_value(YAML::Node(0));
+  s.add("train.eval_every_n_steps", Type::kInt, "steps between evaluations").default_value(YAML::Node(0));
+  s.add("schedule.warmup_steps", Type::kInt, "warmup").default_value(YAML::Node(0));
+  auto problem_of = [&](const std::string& yaml) {
+    Config c = Config::parse(yaml, "run.yaml");
+    return error_from([&] { s.validate(c); }).message();
+  };
+  // By spelling alone, Hugging Face's eval_steps is train.max_steps.
+  EXPECT_EQ(problem_of("train:\n  eval_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.eval_steps'; did you mean 'train.max_steps'?");
+  s.common_name("eval_steps", "train.eval_every_n_steps");
+  EXPECT_EQ(problem_of("train:\n  eval_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.eval_steps'; did you mean 'train.eval_every_n_steps'?");
+  // The last part of one declared key, as well.
+  EXPECT_EQ(problem_of("train:\n  warmup_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.warmup_steps'; did you mean 'schedule.warmup_steps'?");
 }
 
 TEST(SchemaValidate, WrongTypes) {
@@ -219,6 +265,15 @@ TEST(SchemaDeclare, MistakesInTheSchemaAreInternalErrors) {
   EXPECT_EQ(e.kind(), ErrorKind::kInternal);
   EXPECT_EQ(e.message(), "schema default for 'seed' expects an integer, got 0.5");
   EXPECT_EQ(error_from([&] { s.alias("batch-size", "data.batch_size"); }).kind(), ErrorKind::kInternal);
+  // A common name for a key that is not declared, one that is not a lower-case name, one for two keys.
+  const Error undeclared = error_from([&] { s.common_name("learning_rate", "optim.learning_rate"); });
+  EXPECT_EQ(undeclared.kind(), ErrorKind::kInternal);
+  EXPECT_EQ(undeclared.message(),
+            "common name 'learning_rate' names 'optim.learning_rate', which is not a declared key");
+  EXPECT_EQ(error_from([&] { s.common_name("Learning-Rate", "optim.lr"); }).kind(), ErrorKind::kInternal);
+  s.add("data.workers", Type::kInt, "");
+  s.common_name("lr", "optim.lr");
+  EXPECT_EQ(error_from([&] { s.common_name("lr", "data.workers"); }).kind(), ErrorKind::kInternal);
 }
 
 TEST(SchemaGetters, ReadTypedValues) {

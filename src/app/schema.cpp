@@ -45,6 +45,101 @@ schedule:
   warmup_steps: 50
 )";
 
+namespace {
+
+// What PyTorch, Lightning, Hugging Face's Trainer, timm and Keras call the keys of a run, for the did-you-mean of an
+// unknown key whose last part is one of them (config::Schema::common_name: optim.learning_rate -> optim.lr). Written
+// by hand: no library knows these names. Each name stands for one key here, the closest in meaning; names that mean
+// different things in different tools (dropout, num_classes: a model's own keys) are left out. The flag aliases'
+// names (batch_size, clip_max_norm) count without being listed.
+constexpr std::pair<const char*, const char*> kCommonNames[] = {
+    // optimizer
+    {"learning_rate", "optim.lr"},  // HF TrainingArguments, Keras optimizers
+    {"base_lr", "optim.lr"},
+    {"optimizer", "optim.type"},  // a name, where a key holds one (optimizer: sgd)
+    {"opt", "optim.type"},        // timm --opt
+    {"optim_type", "optim.type"},
+    {"wd", "optim.weight_decay"},
+    {"adam_epsilon", "optim.eps"},  // HF
+    {"opt_eps", "optim.eps"},       // timm
+    {"epsilon", "optim.eps"},       // Keras
+    {"adam_beta1", "optim.betas"},  // HF
+    {"adam_beta2", "optim.betas"},
+    {"opt_betas", "optim.betas"},  // timm
+    // schedule
+    {"lr_scheduler_type", "schedule.type"},  // HF
+    {"lr_scheduler", "schedule.type"},
+    {"scheduler", "schedule.type"},
+    {"sched", "schedule.type"},                     // timm
+    {"num_warmup_steps", "schedule.warmup_steps"},  // HF get_scheduler
+    {"warmup_iters", "schedule.warmup_steps"},
+    {"min_lr", "schedule.min_lr_factor"},  // timm (an absolute rate there; a fraction of optim.lr here)
+    // length of the run
+    {"max_epochs", "train.epochs"},  // Lightning Trainer
+    {"num_epochs", "train.epochs"},
+    {"num_train_epochs", "train.epochs"},  // HF
+    {"n_epochs", "train.epochs"},
+    {"max_iters", "train.max_steps"},
+    {"num_steps", "train.max_steps"},
+    {"total_steps", "train.max_steps"},
+    // batches and gradients
+    {"per_device_train_batch_size", "data.batch_size"},  // HF
+    {"train_batch_size", "data.batch_size"},
+    {"micro_batch_size", "data.batch_size"},
+    {"accumulate_grad_batches", "train.accumulation_steps"},      // Lightning Trainer
+    {"gradient_accumulation_steps", "train.accumulation_steps"},  // HF
+    {"grad_accum_steps", "train.accumulation_steps"},
+    {"grad_clip", "train.clip_max_norm"},
+    {"gradient_clip_val", "train.clip_max_norm"},  // Lightning Trainer
+    {"max_grad_norm", "train.clip_max_norm"},      // HF
+    {"clip_grad", "train.clip_max_norm"},          // timm
+    {"clip_grad_norm", "train.clip_max_norm"},     // torch.nn.utils.clip_grad_norm_
+    {"clipnorm", "train.clip_max_norm"},           // Keras optimizers
+    {"clip_grad_value", "train.clip_value"},       // torch.nn.utils.clip_grad_value_
+    {"clipvalue", "train.clip_value"},             // Keras optimizers
+    // numerics
+    {"mixed_precision", "precision"},  // Accelerate
+    {"fp16", "precision"},             // HF (fp16-mixed here)
+    {"bf16", "precision"},             // HF (bf16-mixed here)
+    {"amp", "precision"},              // timm --amp
+    {"random_seed", "seed"},
+    {"manual_seed", "seed"},           // torch.manual_seed
+    {"benchmark", "cudnn_benchmark"},  // Lightning Trainer, torch.backends.cudnn.benchmark
+    {"accelerator", "device"},         // Lightning Trainer
+    // data
+    {"num_workers", "data.workers"},             // torch.utils.data.DataLoader
+    {"dataloader_num_workers", "data.workers"},  // HF
+    {"prefetch_factor", "data.prefetch"},        // DataLoader (batches per worker there; in the queue here)
+    {"dataloader_pin_memory", "data.pin_memory"},
+    {"train_file", "data.path"},  // HF example scripts
+    {"data_dir", "data.path"},    // timm
+    {"data_path", "data.path"},
+    {"validation_file", "data.val_path"},  // HF example scripts
+    {"val_data", "data.val_path"},
+    {"validation_split", "data.val_fraction"},  // Keras fit
+    // evaluation, logging, checkpoints
+    {"val_check_interval", "train.eval_every_n_steps"},   // Lightning Trainer (a fraction of an epoch too, there)
+    {"eval_steps", "train.eval_every_n_steps"},           // HF
+    {"logging_steps", "train.log_every_n_steps"},         // HF
+    {"log_interval", "train.log_every_n_steps"},          // timm
+    {"save_steps", "checkpoint.every_n_steps"},           // HF
+    {"every_n_train_steps", "checkpoint.every_n_steps"},  // Lightning ModelCheckpoint
+    {"save_total_limit", "checkpoint.keep_last"},         // HF
+    {"default_root_dir", "output_dir"},                   // Lightning Trainer
+    {"run_name", "name"},                                 // HF
+    {"resume_from_checkpoint", "resume"},                 // HF
+    {"ckpt_path", "resume"},                              // Lightning Trainer.fit
+    {"pretrained_weights", "init_weights"},
+    {"initial_checkpoint", "init_weights"},       // timm
+    {"gradient_checkpointing", "checkpointing"},  // HF
+    {"activation_checkpointing", "checkpointing"},
+    {"model_ema", "ema.enabled"},      // timm
+    {"model_ema_decay", "ema.decay"},  // timm
+    {"ema_decay", "ema.decay"},
+};
+
+}  // namespace
+
 config::Schema run_schema(const std::string& model_name) {
   config::Schema s;
   auto node = [](auto v) { return YAML::Node(v); };
@@ -109,6 +204,7 @@ config::Schema run_schema(const std::string& model_name) {
            {"--resume", "resume"}, {"--profile", "profile.window"}}) {
     s.alias(flag, key);
   }
+  for (const auto& [name, key] : kCommonNames) s.common_name(name, key);
   return s;
 }
 

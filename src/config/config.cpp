@@ -220,6 +220,15 @@ void Config::set(const std::string& key, const YAML::Node& value, const Origin& 
   record_origins(copy, key, origin, origins_);
 }
 
+void Config::erase(const std::string& key) {
+  const auto parts = detail::split_key(key);
+  if (parts.empty()) return;
+  YAML::Node parent = find(root_, {parts.begin(), parts.end() - 1});
+  if (!parent.IsMap()) return;
+  parent.remove(parts.back());
+  erase_origins(key);
+}
+
 void Config::set_default(const std::string& key, const YAML::Node& value) {
   const auto parts = detail::split_key(key);
   // An ancestor holding a scalar blocks the default; validation reports the ancestor, so stay quiet here.

@@ -7,8 +7,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <set>
+#include <string_view>
 
 #include "bellows/util/check.h"
 #include "bellows/util/suggest.h"
@@ -80,10 +82,15 @@ std::string type_problem(const std::string& key, const YAML::Node& node, Type ty
   return {};
 }
 
+// "in [0, 1]", ">= 0", "<= 1": the bounds of a number key (one that has some).
+std::string bounds_text(const KeySpec& spec) {
+  if (spec.min && spec.max) return fmt::format("in [{}, {}]", *spec.min, *spec.max);
+  if (spec.min) return fmt::format(">= {}", *spec.min);
+  return fmt::format("<= {}", *spec.max);
+}
+
 std::string range_text(const KeySpec& spec) {
-  if (spec.min && spec.max) return fmt::format("a value in [{}, {}]", *spec.min, *spec.max);
-  if (spec.min) return fmt::format("a value >= {}", *spec.min);
-  return fmt::format("a value <= {}", *spec.max);
+  return "a value " + bounds_text(spec);
 }
 
 // Range and choice problems of one (well-typed, scalar) value; `what` names it ("'a'", "'a' element 2").
@@ -126,16 +133,94 @@ std::vector<std::string> value_problems(const KeySpec& spec, const YAML::Node& n
   return out;
 }
 
+// --- empty values ---
+
+// What an empty value (null) stands for, where the key can be empty; see schema.h.
+enum class Emptied { kRefused, kRemoved, kEmptyList, kEmptyString };
+
+Emptied emptied(const KeySpec& spec) {
+  if (spec.required) return Emptied::kRefused;
+  if (is_list(spec.type)) return Emptied::kEmptyList;
+  if (!spec.default_value) return Emptied::kRemoved;
+  if (spec.type == Type::kString && spec.default_value->IsScalar() && spec.default_value->Scalar().empty()) {
+    return Emptied::kEmptyString;
+  }
+  return Emptied::kRefused;
+}
+
+// Replaces the key's empty value (null) by what it stands for; a key that has none keeps it, for the validator.
+void clear_empty_value(Config& config, const KeySpec& spec) {
+  const YAML::Node node = config.node(spec.key);
+  if (!node.IsDefined() || !node.IsNull()) return;
+  const Origin origin = config.origin(spec.key);  // a copy: set() replaces the one recorded
+  switch (emptied(spec)) {
+    case Emptied::kRemoved: config.erase(spec.key); return;
+    case Emptied::kEmptyList: config.set(spec.key, YAML::Node(YAML::NodeType::Sequence), origin); return;
+    case Emptied::kEmptyString: config.set(spec.key, YAML::Load("\"\""), origin); return;  // as 'key=""' gives it
+    case Emptied::kRefused: return;
+  }
+}
+
+// What a key takes, for a message: "a number >= 0", "one of [sgd, adamw]", "an integer >= 1 or auto".
+std::string takes_text(const KeySpec& spec) {
+  std::string text;
+  if (!spec.choices.empty()) {
+    text = fmt::format("one of [{}]", fmt::join(spec.choices, ", "));
+  } else if (spec.type == Type::kBool) {
+    text = "true or false";
+  } else {
+    text = type_name(spec.type);
+    const Type type = element_type(spec.type);
+    if ((type == Type::kInt || type == Type::kDouble) && (spec.min || spec.max)) {
+      text += " " + bounds_text(spec);
+    }
+  }
+  if (!spec.words.empty()) text += fmt::format(" or {}", fmt::join(spec.words, ", "));
+  return text;
+}
+
+// Why a key that has no empty value cannot be left empty, what it takes instead, and where it is a string that
+// may be empty, how that is written (on the command line the shell takes the quotes: they go inside single ones).
+std::string empty_problem(const KeySpec& spec, const Origin& origin) {
+  std::string text =
+      fmt::format("'{}' {}: it takes {}", spec.key,
+                  spec.required ? "is required and cannot be empty" : "cannot be empty", takes_text(spec));
+  if (spec.default_value) {
+    YAML::Emitter e;
+    e << YAML::Flow << *spec.default_value;
+    text += fmt::format(" (default {})", e.c_str());
+  }
+  const bool empty_string_allowed =
+      spec.type == Type::kString && !spec.required &&
+      (spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), "") != spec.choices.end());
+  if (empty_string_allowed) {
+    text += origin.file.empty()
+                ? fmt::format("; an empty string is written '{}=\"\"'", spec.key)
+                : fmt::format("; an empty string is written {}: \"\"", spec.key.substr(spec.key.rfind('.') + 1));
+  }
+  return text;
+}
+
 bool under(const std::string& key, const std::string& prefix) {
   return key == prefix || (key.size() > prefix.size() && key.starts_with(prefix) && key[prefix.size()] == '.');
+}
+
+// A name as common_name() keys it: lower case, '-' as '_' (Max-Epochs, --batch-size -> max_epochs, batch_size).
+std::string normal_name(std::string_view name) {
+  while (name.starts_with('-')) name.remove_prefix(1);
+  std::string out(name);
+  for (char& c : out) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 // The state of one validation run: the schema's key space and the problems found so far.
 class Validator {
  public:
+  // `names`: other names of keys (common_name(), the aliases without their dashes, a key's own last part where no
+  // other key ends so), name -> key.
   Validator(const std::map<std::string, KeySpec>& keys, const std::vector<std::string>& free_subtrees,
-            const Config& config)
-      : keys_(keys), free_subtrees_(free_subtrees), config_(config) {
+            std::map<std::string, std::string> names, const Config& config)
+      : keys_(keys), free_subtrees_(free_subtrees), names_(std::move(names)), config_(config) {
     auto add_parents = [this](const std::string& key) {
       for (auto dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
         parents_.insert(key.substr(0, dot));
@@ -173,6 +258,8 @@ class Validator {
   }
 
   const std::vector<std::string>& problems() const { return problems_; }
+  // Whether a key without an empty value was given one.
+  bool refused_empty() const { return refused_empty_; }
 
  private:
   void check_key(const std::string& key, const YAML::Node& node) {
@@ -181,6 +268,11 @@ class Validator {
       return;
     }
     if (const auto spec = keys_.find(key); spec != keys_.end()) {
+      if (node.IsNull()) {  // the empty values that stand for something were replaced before the walk
+        refused_empty_ = true;
+        add_problem(fmt::format("{}: {}", origin, empty_problem(spec->second, config_.origin(key))));
+        return;
+      }
       for (const auto& problem : value_problems(spec->second, node)) {
         add_problem(fmt::format("{}: {}", origin, problem));
       }
@@ -192,7 +284,36 @@ class Validator {
                               first_key_under(key), detail::describe(node)));
       return;
     }
-    add_problem(fmt::format("{}: unknown key '{}'{}", origin, key, suggestion_for(key)));
+    // An unknown section (trainer: {max_epochs: 3}) holding a key known by another name: each of its keys, with
+    // the key it means; else the section, with the one spelt like it.
+    if (node.IsMap() && names_a_leaf(node)) return report_leaves(key, node);
+    add_problem(fmt::format("{}: unknown key '{}'{}", origin, key, suggestion_for(key, node)));
+  }
+
+  // Whether a key below `map` (at any depth) has a name of names_ as its last part.
+  bool names_a_leaf(const YAML::Node& map) const {
+    for (const auto& entry : map) {
+      if (entry.second.IsMap() ? names_a_leaf(entry.second) : names_.count(normal_name(entry.first.Scalar())) > 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void report_leaves(const std::string& prefix, const YAML::Node& map) {
+    std::vector<std::string> names;
+    for (const auto& entry : map) names.push_back(entry.first.Scalar());
+    std::sort(names.begin(), names.end());
+    const YAML::Node& as_const = map;
+    for (const auto& name : names) {
+      const std::string key = detail::join_key(prefix, name);
+      const YAML::Node value = as_const[name];
+      if (value.IsMap() && value.size() > 0) {
+        report_leaves(key, value);
+      } else {
+        add_problem(fmt::format("{}: unknown key '{}'{}", config_.origin(key).str(), key, suggestion_for(key, value)));
+      }
+    }
   }
 
   std::string first_key_under(const std::string& prefix) const {
@@ -202,10 +323,17 @@ class Validator {
     return prefix;
   }
 
-  // "; did you mean 'optim.lr'?" by spelling, else by the last part ("lr" at the top level -> "optim.lr").
-  std::string suggestion_for(const std::string& key) const {
-    if (const auto match = closest_match(key, candidates_)) return fmt::format("; did you mean '{}'?", *match);
+  // "; did you mean 'optim.lr'?" by the name the key's last part is (learning_rate, lr: optim.lr; warmup_steps:
+  // schedule.warmup_steps, where spelling says train.max_steps), else by spelling, else by the last part of a parent
+  // ("args" -> "model.args") or of one of several keys.
+  std::string suggestion_for(const std::string& key, const YAML::Node& value) const {
     const std::string last = key.substr(key.rfind('.') + 1);
+    if (!value.IsMap()) {
+      if (const auto named = names_.find(normal_name(last)); named != names_.end()) {
+        return fmt::format("; did you mean '{}'?", named->second);
+      }
+    }
+    if (const auto match = closest_match(key, candidates_)) return fmt::format("; did you mean '{}'?", *match);
     for (const auto& candidate : candidates_) {
       if (candidate.size() > last.size() && candidate.ends_with("." + last)) {
         return fmt::format("; did you mean '{}'?", candidate);
@@ -218,10 +346,12 @@ class Validator {
 
   const std::map<std::string, KeySpec>& keys_;
   const std::vector<std::string>& free_subtrees_;
+  const std::map<std::string, std::string> names_;
   const Config& config_;
   std::set<std::string> parents_;        // proper prefixes of declared keys: must be mappings
   std::vector<std::string> candidates_;  // every valid key or prefix, for suggestions
   std::vector<std::string> problems_;
+  bool refused_empty_ = false;
 };
 
 // The value of a key for a getter, or a kConfig error when it is absent or of the wrong type.
@@ -322,6 +452,16 @@ void Schema::alias(const std::string& flag, const std::string& key) {
   aliases_[flag] = key;
 }
 
+void Schema::common_name(const std::string& name, const std::string& key) {
+  BELLOWS_CHECK(keys_.count(key), fmt::format("common name '{}' names '{}', which is not a declared key", name, key),
+                "declare the key first, or correct the name it stands for");
+  BELLOWS_CHECK(!name.empty() && name == normal_name(name) && name.find('.') == std::string::npos,
+                fmt::format("common name '{}' for '{}' is not a lower-case name with underscores", name, key), "");
+  BELLOWS_CHECK(!common_names_.count(name) || common_names_.at(name) == key,
+                fmt::format("common name '{}' names both '{}' and '{}'", name, common_names_.at(name), key), "");
+  common_names_[name] = key;
+}
+
 void Schema::allow_free_subtree(const std::string& prefix) {
   BELLOWS_CHECK(!detail::split_key(prefix).empty(), fmt::format("free subtree '{}' is not a dotted name", prefix), "");
   free_subtrees_.push_back(prefix);
@@ -330,14 +470,27 @@ void Schema::allow_free_subtree(const std::string& prefix) {
 // --- validation ---
 
 void Schema::validate(Config& config) const {
+  for (const auto& [key, spec] : keys_) clear_empty_value(config, spec);
   for (const auto& [key, spec] : keys_) {
     if (spec.default_value) config.set_default(key, *spec.default_value);
   }
-  Validator validator(keys_, free_subtrees_, config);
+  // Other names first: a common name decides a clash with an alias's name, both with a key's own last part.
+  std::map<std::string, std::string> names = common_names_;
+  for (const auto& [flag, key] : aliases_) names.emplace(normal_name(flag), key);
+  std::map<std::string, std::vector<std::string>> by_last_part;
+  for (const auto& [key, spec] : keys_) by_last_part[normal_name(key.substr(key.rfind('.') + 1))].push_back(key);
+  for (const auto& [last, owners] : by_last_part) {
+    if (owners.size() == 1) names.emplace(last, owners.front());  // several (enabled): spelling decides among them
+  }
+  Validator validator(keys_, free_subtrees_, std::move(names), config);
   validator.walk(config.root(), "");
   validator.check_missing();
   BELLOWS_CHECK_CONFIG(validator.problems().empty(), detail::problem_list(validator.problems()),
-                       "fix each value where the line says it was set, or override it with key=value");
+                       std::string("fix each value where the line says it was set, or override it with key=value") +
+                           (validator.refused_empty()
+                                ? "; an empty value (key=) clears only a key that can be empty: a list, a string whose "
+                                  "default is \"\", a key without a default"
+                                : ""));
   for (const auto& [key, spec] : keys_) {
     if (!spec.file_path || !config.has(key)) continue;
     const std::string value = config.node(key).Scalar();

@@ -5,6 +5,7 @@
 
 #include "bellows/app/schema.h"
 #include "bellows/hw/hardware_info.h"
+#include "bellows/models/registry.h"
 #include "run_cli.h"
 
 namespace {
@@ -49,6 +50,40 @@ TEST(Cli, TrainHelpAndConfigKeysNameEveryFlagAndKey) {
   EXPECT_NE(keys.out.find("\nhardware_profile (string) = auto {auto|none|cpu|"), std::string::npos);
   EXPECT_NE(keys.out.find("|a file path} flag --hardware-profile\n"), std::string::npos);
   EXPECT_NE(keys.out.find("Flags that are not keys: --hardware-profile NAME"), std::string::npos);
+}
+
+// A command that reads a run config shows it in its usage line (CLI11 alone wrote "bellows train [OPTIONS]"), and
+// its help names every registered model and the command that lists the keys.
+TEST(Cli, ConfigCommandsHelpShowsTheConfigFileOverridesAndModels) {
+  const std::vector<std::pair<std::string, std::string>> usage = {
+      {"train", "Usage: bellows train [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"plan", "Usage: bellows plan [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"doctor", "Usage: bellows doctor [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"cv", "Usage: bellows cv [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"bench",
+       "Usage: bellows bench [CONFIG.yaml] [key=value ...] --matrix [OPTIONS]\n"
+       "       bellows bench data [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"bench data", "Usage: bellows bench data [CONFIG.yaml] [key=value ...] [OPTIONS]\n"},
+      {"config show", "Usage: bellows config show [CONFIG.yaml] [key=value ...]\n"},
+      {"slurm", "Usage: bellows slurm CONFIG.yaml [key=value ...] [OPTIONS]\n"},
+      {"launch", "Usage: bellows launch [OPTIONS] -- train [CONFIG.yaml] [key=value ...]\n"},
+  };
+  const auto models = bellows::models::registry();
+  ASSERT_GE(models.size(), 2u);
+  for (const auto& [command, line] : usage) {
+    const Result help = run_bellows(command + " --help");
+    ASSERT_EQ(help.code, 0) << command << ": " << help.err;
+    EXPECT_NE(help.out.find(line), std::string::npos) << line << " missing from\n" << help.out;
+    EXPECT_EQ(help.out.find("Usage: bellows " + command + " [OPTIONS]\n"), std::string::npos) << help.out;
+    EXPECT_NE(help.out.find("Models (model.name=NAME):"), std::string::npos) << command << ":\n" << help.out;
+    for (const auto& model : models) {
+      EXPECT_NE(help.out.find("\n  " + model.name + " "), std::string::npos)
+          << model.name << " missing from " << command << " --help";
+    }
+    EXPECT_NE(help.out.find("bellows config keys lists every key"), std::string::npos) << help.out;
+    EXPECT_NE(help.out.find("bellows config keys --model NAME"), std::string::npos) << help.out;
+    EXPECT_NE(help.out.find("Exit codes:"), std::string::npos) << command << ":\n" << help.out;
+  }
 }
 
 TEST(Cli, Version) {

@@ -72,10 +72,13 @@ Action register_bench(CLI::App& app) {
       "bench", "Measure: bellows bench data [CONFIG] (the data pipeline alone); bellows bench [CONFIG] [key=value ...] --matrix "
                "[--rounds 3] [--trial-seconds 3s] [--out DIR] [--json] (each optimization on and off against the configured run)");
   bench->prefix_command(true);
+  describe_config_command(
+      bench, {"[CONFIG.yaml] [key=value ...] --matrix [OPTIONS]", "data [CONFIG.yaml] [key=value ...] [OPTIONS]"});
   CLI::App* data = bench->add_subcommand(
       "data", "Data pipeline throughput without a model: bellows bench data [CONFIG] [key=value ...] [--json] [--batches N] "
               "[--warmup N] [--no-sweep] [--sweep-workers 0,1,2] [--sweep-prefetch 2,4,8]");
   data->prefix_command(true);
+  describe_config_command(data, {"[CONFIG.yaml] [key=value ...] [OPTIONS]"});
   bench->require_subcommand(0, 1);
   return [bench, data]() {
     if (!bench->parsed()) return -1;

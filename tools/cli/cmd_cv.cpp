@@ -54,8 +54,10 @@ Action register_cv(CLI::App& app) {
   auto folds = std::make_shared<std::string>();
   cmd->add_option("--folds", *folds, "folds (default: data.cv.folds when set, else 5)")->type_name("K");
   cmd->prefix_command(true);  // [CONFIG] and overrides, as for `bellows train`
-  cmd->footer("The held-out fold is the validation data of its run; the table reports the last evaluation of each fold, "
-              "the mean and the sample standard deviation (ddof 1).");
+  describe_config_command(cmd, {"[CONFIG.yaml] [key=value ...] [OPTIONS]"}, [] {
+    return "The held-out fold is the validation data of its run; the table reports the last evaluation of each fold, "
+           "the mean and the sample standard deviation (ddof 1).";
+  });
   return [cmd, folds]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> args = cmd->remaining();

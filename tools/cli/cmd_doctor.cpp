@@ -17,7 +17,10 @@ Action register_doctor(CLI::App& app) {
       "doctor", "Measure short trials of a run and diagnose it: bellows doctor [CONFIG] [key=value ...] [--budget 60s] [--json]; "
                 "input-bound, precision, overhead, memory, threads, NaN/Inf, first step; every advice measured here");
   cmd->prefix_command(true);  // [CONFIG] and overrides, as for `bellows train`; --budget and --json anywhere
-  cmd->footer("--budget D   time for all trials together (60s, 2m; default 60s)\n--json       print the report as one JSON document");
+  describe_config_command(cmd, {"[CONFIG.yaml] [key=value ...] [OPTIONS]"}, [] {
+    return "--budget D   time for all trials together (60s, 2m; default 60s)\n"
+           "--json       print the report as one JSON document";
+  });
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> args = cmd->remaining();

@@ -40,9 +40,11 @@ Action register_launch(CLI::App& app) {
   cmd->add_option("--master-port", o->master_port, "a free TCP port on rank 0's host")->capture_default_str();
   cmd->add_option("--grace-s", o->grace_s, "after a process fails: seconds the others get between SIGTERM and SIGKILL")->capture_default_str();
   cmd->prefix_command(true);
-  cmd->footer("Each process gets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and GROUP_RANK. "
-              "Ctrl-C or SIGTERM is passed on once; when one process fails the others are stopped and the exit code is the "
-              "failing one's.");
+  describe_config_command(cmd, {"[OPTIONS] -- train [CONFIG.yaml] [key=value ...]"}, [] {
+    return "Each process gets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and GROUP_RANK. "
+           "Ctrl-C or SIGTERM is passed on once; when one process fails the others are stopped and the exit code is "
+           "the failing one's.";
+  });
   return [cmd, o]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> rest = cmd->remaining();

@@ -19,12 +19,14 @@ Action register_plan(CLI::App& app) {
       "plan", "Tune a run's settings by measured trials: bellows plan [CONFIG] [key=value ...] [--budget 60s] [--json] [--out plan.json] "
               "[--grid]; then bellows train CONFIG --plan plan.json (or --plan auto)");
   cmd->prefix_command(true);
-  cmd->footer("--budget D          time for all trials together (60s, 2m; default 60s)\n"
-              "--trial-seconds S   training per full trial (default: budget / 30, 0.5 to 5 s; 8 steps at least)\n"
-              "--out FILE          where the tuned plan goes (default plan.json); also cached for --plan auto\n"
-              "--grid              measure every point of the space instead (the tuner's reference; ignores --budget)\n"
-              "--json              print the plan as JSON instead of the table\n"
-              "plan.allow=[precision,batch_size]  let the tuner change settings that change the numerics");
+  describe_config_command(cmd, {"[CONFIG.yaml] [key=value ...] [OPTIONS]"}, [] {
+    return "--budget D          time for all trials together (60s, 2m; default 60s)\n"
+           "--trial-seconds S   training per full trial (default: budget / 30, 0.5 to 5 s; 8 steps at least)\n"
+           "--out FILE          where the tuned plan goes (default plan.json); also cached for --plan auto\n"
+           "--grid              measure every point of the space instead (the tuner's reference; ignores --budget)\n"
+           "--json              print the plan as JSON instead of the table\n"
+           "plan.allow=[precision,batch_size]  let the tuner change settings that change the numerics";
+  });
   return [cmd]() {
     if (!cmd->parsed()) return -1;
     std::vector<std::string> args = cmd->remaining();

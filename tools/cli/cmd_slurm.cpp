@@ -20,6 +20,7 @@ Action register_slurm(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("slurm", "Write an sbatch script that trains CONFIG data parallel on a SLURM cluster: "
                                               "bellows slurm CONFIG [key=value ...] --nodes 2 --gpus-per-node 4 --partition gpu");
   cmd->add_option("args", *positional, "CONFIG, then key=value overrides for every task")->required();
+  describe_config_command(cmd, {"CONFIG.yaml [key=value ...] [OPTIONS]"});
   cmd->add_option("--nodes", o->nodes, "nodes")->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (0: CPU nodes); one task per GPU")->capture_default_str();
   cmd->add_option("--tasks-per-node", o->tasks_per_node, "tasks per CPU node (default 1; on GPU nodes one per GPU)");

@@ -88,7 +88,8 @@ Action register_train(CLI::App& app) {
       "train", "Train a model: bellows train [CONFIG] [key=value ...] [--flag value ...]; no CONFIG: the embedded demo; "
                "outputs in <output_dir>/<name>/");
   take_free_arguments(cmd);
-  cmd->footer([] {  // built when help is shown: every alias of the schema, then the flags that are not keys
+  describe_config_command(cmd, {"[CONFIG.yaml] [key=value ...] [OPTIONS]"}, [] {
+    // every alias of the schema, then the flags that are not keys
     const config::Schema schema = app::run_schema("mlp");  // kept: aliases() refers into it
     std::string flags;
     for (const auto& [flag, key] : schema.aliases()) flags += fmt::format("\n  {:<22} {}", flag, key);
@@ -132,6 +133,7 @@ Action register_config(CLI::App& app) {
       "show", "Print the resolved config: bellows config show [CONFIG] [key=value ...] (files composed, overrides applied, "
               "defaults filled)");
   take_free_arguments(show);
+  describe_config_command(show, {"[CONFIG.yaml] [key=value ...]"});
   auto model = std::make_shared<std::string>("mlp");
   CLI::App* keys = cfg->add_subcommand("keys", "List every config key of a run: type, default, allowed values, help");
   keys->add_option("--model", *model, "Include the keys of this registered model")->capture_default_str();

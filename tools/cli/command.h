@@ -40,6 +40,13 @@ std::string self_executable();
 // file; the rest are overrides and flags, in order.
 std::pair<std::optional<std::filesystem::path>, std::vector<std::string>> split_config_args(const std::vector<std::string>& args);
 
+// The help of a command that reads a run config (help.cpp): its usage lines, each the command's arguments after its
+// name (CLI11 would write "[OPTIONS]" alone: the config file and the overrides are the command's own arguments), and
+// a footer of `text` (built when help is shown; may be empty) followed by models_and_keys_help().
+void describe_config_command(CLI::App* cmd, std::vector<std::string> forms, std::function<std::string()> text = {});
+// The registered models, each with its help, and which commands list the keys and print a resolved config.
+std::string models_and_keys_help();
+
 // "60s", "60", "1.5m", "2min", "1h": seconds. kUsage error naming `flag` otherwise.
 double parse_duration(const std::string& flag, const std::string& text);
 

@@ -107,6 +107,8 @@ class Config {
   // Sets (replaces) the value at a dotted key, creating missing parent maps. A parent that holds a scalar
   // or a list is a kConfig error naming the key.
   void set(const std::string& key, const YAML::Node& value, const Origin& origin);
+  // Removes the value at a dotted key (and everything below it); nothing when it is absent.
+  void erase(const std::string& key);
   // Deep-merges `over` onto this tree: maps merge key by key, anything else replaces; origins follow.
   void merge(const Config& over);
 

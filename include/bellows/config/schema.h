@@ -5,8 +5,13 @@
 //
 // Type rules: an int is accepted where a double is expected; a double (1.5) or a quoted string ("64") is not
 // an int; bools are YAML 1.2 bools only (true/false, any capitalisation YAML allows), not yes/on/1; strings
-// accept any scalar text; lists are sequences whose every element has the element type. Null (an empty
-// value) is never of any type. Numbers follow YAML 1.2's core schema: 3e-4 and .5 are numbers.
+// accept any scalar text; lists are sequences whose every element has the element type. Numbers follow YAML
+// 1.2's core schema: 3e-4 and .5 are numbers.
+//
+// An empty value (null: `key=` on the command line, `key:` or `key: null` in a file) clears a key that can be
+// empty: a list becomes [], a string whose default is "" becomes "", any other key without a default is removed
+// (unset). Any other key (a number, a boolean, a string with another default, a required key) has no empty value:
+// validation names what it takes instead (and how an empty string is written, 'name=""').
 #pragma once
 
 #include <cstdint>
@@ -66,6 +71,15 @@ class Schema {
   void alias(const std::string& flag, const std::string& key);
   const std::map<std::string, std::string>& aliases() const { return aliases_; }
 
+  // Another name of a declared key (kInternal otherwise), as other tools spell it: common_name("learning_rate",
+  // "optim.lr"). An unknown key whose last part is such a name (or an alias's without its dashes, batch_size, or the
+  // last part of one declared key, warmup_steps) is told the key it names (optim.learning_rate, trainer.learning_rate,
+  // learning_rate -> "did you mean 'optim.lr'?"), before a key spelt like it: train.eval_steps means
+  // train.eval_every_n_steps, not train.max_steps. Not for a key that holds a mapping (optimizer: {lr: 1}), which
+  // names a section. Names are lower case with underscores; a key's last part is compared so (Eval-Steps).
+  void common_name(const std::string& name, const std::string& key);
+  const std::map<std::string, std::string>& common_names() const { return common_names_; }
+
   // Keys that may hold arbitrary sub-trees not described here (e.g. "model.args"): the prefix itself and
   // everything below it pass unchecked.
   void allow_free_subtree(const std::string& prefix);
@@ -79,6 +93,7 @@ class Schema {
  private:
   std::map<std::string, KeySpec> keys_;
   std::map<std::string, std::string> aliases_;
+  std::map<std::string, std::string> common_names_;  // name -> key
   std::vector<std::string> free_subtrees_;
 };
 

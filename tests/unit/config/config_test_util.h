@@ -17,7 +17,7 @@ namespace bellows::config::test_support {
 
 inline const std::string kDataDir = BELLOWS_TEST_DATA_DIR "/config";
 
-// A schema shaped like a training run's, with every type, bound, choice list, alias and a free subtree.
+// A schema shaped like a training run's, with every type, bound, choice list, alias, common name and a free subtree.
 inline Schema test_schema() {
   Schema s;
   s.add("seed", Type::kInt, "random seed").default_value(YAML::Node(0));
@@ -36,9 +36,13 @@ inline Schema test_schema() {
   s.add("data.shuffle", Type::kBool, "shuffle every epoch").default_value(YAML::Node(true));
   s.add("data.sizes", Type::kIntList, "crop sizes").min(1);
   s.add("data.weights", Type::kDoubleList, "class weights");
+  s.add("data.val_path", Type::kString, "validation data (empty: split off)").default_value(YAML::Load("''"));
+  s.add("data.limit", Type::kInt, "samples used (unset: all)").min(1);
   s.add("schedule", Type::kString, "learning-rate schedule").default_value(YAML::Node("constant"));
   s.alias("--batch-size", "data.batch_size");
   s.alias("--lr", "optim.lr");
+  s.common_name("learning_rate", "optim.lr");
+  s.common_name("num_workers", "data.workers");
   return s;
 }
 

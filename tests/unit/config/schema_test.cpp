@@ -13,6 +13,7 @@ namespace {
 
 using test_support::error_from;
 using test_support::kDataDir;
+using test_support::leaves;
 using test_support::test_schema;
 
 // The one-line message of validating `yaml` (parsed as run.yaml, with model.name set unless it says so).
@@ -41,10 +42,56 @@ TEST(SchemaValidate, UnknownKeySuggestsTheClosestValidKey) {
   EXPECT_EQ(problem("optim:\n  lrr: 0.1\n"), "run.yaml:2:3: unknown key 'optim.lrr'; did you mean 'optim.lr'?");
   EXPECT_EQ(problem("data:\n  batchsize: 8\n"),
             "run.yaml:2:3: unknown key 'data.batchsize'; did you mean 'data.batch_size'?");
-  EXPECT_EQ(problem("optimm:\n  lr: 0.1\n"), "run.yaml:1:1: unknown key 'optimm'; did you mean 'optim'?");
+  EXPECT_EQ(problem("optimm:\n  beta: 0.1\n"), "run.yaml:1:1: unknown key 'optimm'; did you mean 'optim'?");
   // Not close in spelling, but the name of a key in another section.
   EXPECT_EQ(problem("momentum: 0.5\n"), "run.yaml:1:1: unknown key 'momentum'; did you mean 'optim.momentum'?");
   EXPECT_EQ(problem("zzzzzzzz: 1\n"), "run.yaml:1:1: unknown key 'zzzzzzzz'");
+}
+
+// Other tools' names for a key (Schema::common_name) and the aliases' names, matched on the last part of an unknown
+// key wherever it appears.
+TEST(SchemaValidate, UnknownKeySuggestsTheKeyAnotherToolsNameStandsFor) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"optim:\n  learning_rate: 0.01\n", "run.yaml:2:3: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?"},
+      {"learning_rate: 0.01\n", "run.yaml:1:1: unknown key 'learning_rate'; did you mean 'optim.lr'?"},
+      {"trainer:\n  Num-Workers: 4\n", "run.yaml:2:3: unknown key 'trainer.Num-Workers'; did you mean 'data.workers'?"},
+      // An alias's name without its dashes: --batch-size.
+      {"trainer:\n  batch-size: 4\n",
+       "run.yaml:2:3: unknown key 'trainer.batch-size'; did you mean 'data.batch_size'?"},
+      // A mapping names a section, not a key: spelling decides.
+      {"learning_rate: {a: 1}\n", "run.yaml:1:1: unknown key 'learning_rate'"},
+      // An unknown section holding a key known by a name: each of its keys, with the one it means.
+      {"optimm:\n  lr: 0.1\n  beta: 0.9\n",
+       "2 configuration problems:\nrun.yaml:3:3: unknown key 'optimm.beta'\n"
+       "run.yaml:2:3: unknown key 'optimm.lr'; did you mean 'optim.lr'?"},
+  };
+  for (const auto& [yaml, expected] : cases) EXPECT_EQ(problem(yaml), expected) << yaml;
+  // On the command line, the same.
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  c.apply_override("optim.learning_rate=0.01");
+  EXPECT_EQ(error_from([&] { schema.validate(c); }).message(),
+            "command line 'optim.learning_rate=0.01': unknown key 'optim.learning_rate'; did you mean 'optim.lr'?");
+}
+
+TEST(SchemaValidate, AKeysNameComesBeforeAKeySpeltLikeIt) {
+  Schema s;
+  s.add("train.max_steps", Type::kInt, "steps").default_value(YAML::Node(0));
+  s.add("train.eval_every_n_steps", Type::kInt, "steps between evaluations").default_value(YAML::Node(0));
+  s.add("schedule.warmup_steps", Type::kInt, "warmup").default_value(YAML::Node(0));
+  auto problem_of = [&](const std::string& yaml) {
+    Config c = Config::parse(yaml, "run.yaml");
+    return error_from([&] { s.validate(c); }).message();
+  };
+  // By spelling alone, Hugging Face's eval_steps is train.max_steps.
+  EXPECT_EQ(problem_of("train:\n  eval_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.eval_steps'; did you mean 'train.max_steps'?");
+  s.common_name("eval_steps", "train.eval_every_n_steps");
+  EXPECT_EQ(problem_of("train:\n  eval_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.eval_steps'; did you mean 'train.eval_every_n_steps'?");
+  // The last part of one declared key, as well.
+  EXPECT_EQ(problem_of("train:\n  warmup_steps: 50\n"),
+            "run.yaml:2:3: unknown key 'train.warmup_steps'; did you mean 'schedule.warmup_steps'?");
 }
 
 TEST(SchemaValidate, WrongTypes) {
@@ -54,7 +101,6 @@ TEST(SchemaValidate, WrongTypes) {
   EXPECT_EQ(problem("data:\n  batch_size: 99999999999999999999\n"),
             "run.yaml:2:3: 'data.batch_size' expects an integer that fits in 64 bits, got 99999999999999999999");
   EXPECT_EQ(problem("optim:\n  lr: fast\n"), "run.yaml:2:3: 'optim.lr' expects a number, got 'fast'");
-  EXPECT_EQ(problem("optim:\n  lr:\n"), "run.yaml:2:3: 'optim.lr' expects a number, got an empty value (null)");
   EXPECT_EQ(problem("data:\n  shuffle: yes\n"),
             "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 'yes'");
   EXPECT_EQ(problem("data:\n  shuffle: 1\n"), "run.yaml:2:3: 'data.shuffle' expects a boolean (true or false), got 1");
@@ -73,6 +119,67 @@ TEST(SchemaValidate, WrongTypes) {
             "run.yaml:2:3: 'data.tags' expects a list of strings, but element 1 is a list");
   EXPECT_EQ(problem("optim: adam\n"),
             "run.yaml:1:1: 'optim' must be a mapping (of keys such as 'optim.lr'), got 'adam'");
+}
+
+// `key=` on the command line, `key:` or `key: null` in a file: the key's empty value where it has one (schema.h).
+TEST(SchemaValidate, EmptyValueClearsAKeyThatCanBeEmpty) {
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\ndata:\n  val_path: val.csv\n  tags: [a]\n  sizes: [4]\n  limit: 9\n",
+                           "run.yaml");
+  c.apply_arguments({"data.val_path=", "data.tags=", "--batch-size", "8", "data.sizes=", "data.limit="},
+                    schema.aliases());
+  schema.validate(c);
+  EXPECT_EQ(get_string(c, "data.val_path"), "");  // a string whose default is ""
+  EXPECT_EQ(c.origin("data.val_path").str(), "command line 'data.val_path='");
+  EXPECT_TRUE(get_string_list(c, "data.tags").empty());  // a list, with a default
+  EXPECT_TRUE(get_int_list(c, "data.sizes").empty());    // a list without one
+  EXPECT_FALSE(c.has("data.limit"));                     // no default: unset, as if never given
+  EXPECT_EQ(get_int(c, "data.batch_size"), 8);
+  // What the run keeps reads back as it was cleared.
+  Config back = Config::parse(c.to_yaml(), "back.yaml");
+  schema.validate(back);
+  EXPECT_EQ(leaves(back), leaves(c));
+  // A file's null means the same.
+  Config file = Config::parse("model:\n  name: mlp\ndata:\n  val_path:\n  tags: ~\n  limit: null\n", "run.yaml");
+  schema.validate(file);
+  EXPECT_EQ(get_string(file, "data.val_path"), "");
+  EXPECT_TRUE(get_string_list(file, "data.tags").empty());
+  EXPECT_FALSE(file.has("data.limit"));
+}
+
+TEST(SchemaValidate, EmptyValueOfAKeyThatCannotBeEmptyNamesWhatItTakes) {
+  const Schema schema = test_schema();
+  Config c = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  c.apply_arguments({"optim.lr=", "data.shuffle=", "optim.name=", "schedule=", "--batch-size="}, schema.aliases());
+  const Error e = error_from([&] { schema.validate(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  EXPECT_EQ(
+      e.message(),
+      "5 configuration problems:\n"
+      "command line '--batch-size=': 'data.batch_size' cannot be empty: it takes an integer >= 1 (default 32)\n"
+      "command line 'data.shuffle=': 'data.shuffle' cannot be empty: it takes true or false (default true)\n"
+      "command line 'optim.lr=': 'optim.lr' cannot be empty: it takes a number >= 0 (default 0.1)\n"
+      "command line 'optim.name=': 'optim.name' cannot be empty: it takes one of [sgd, adamw] (default adamw)\n"
+      "command line 'schedule=': 'schedule' cannot be empty: it takes a string (default constant); an empty string "
+      "is written 'schedule=\"\"'");
+  EXPECT_EQ(
+      e.hint(),
+      "fix each value where the line says it was set, or override it with key=value; an empty value (key=) clears "
+      "only a key that can be empty: a list, a string whose default is \"\", a key without a default");
+  // Quoted, the empty string is a value like any other.
+  Config quoted = Config::parse("model:\n  name: mlp\n", "run.yaml");
+  quoted.apply_override("schedule=\"\"");
+  schema.validate(quoted);
+  EXPECT_EQ(get_string(quoted, "schedule"), "");
+  // In a file, the same words, with the file's spelling; a required key says so.
+  EXPECT_EQ(problem("optim:\n  lr:\n"),
+            "run.yaml:2:3: 'optim.lr' cannot be empty: it takes a number >= 0 (default 0.1)");
+  EXPECT_EQ(
+      problem("schedule: ~\n"),
+      "run.yaml:1:1: 'schedule' cannot be empty: it takes a string (default constant); an empty string is written "
+      "schedule: \"\"");
+  EXPECT_EQ(problem("model:\n  name:\n"),
+            "run.yaml:2:3: 'model.name' is required and cannot be empty: it takes a string");
 }
 
 TEST(SchemaValidate, AcceptedTypes) {
@@ -158,6 +265,15 @@ TEST(SchemaDeclare, MistakesInTheSchemaAreInternalErrors) {
   EXPECT_EQ(e.kind(), ErrorKind::kInternal);
   EXPECT_EQ(e.message(), "schema default for 'seed' expects an integer, got 0.5");
   EXPECT_EQ(error_from([&] { s.alias("batch-size", "data.batch_size"); }).kind(), ErrorKind::kInternal);
+  // A common name for a key that is not declared, one that is not a lower-case name, one for two keys.
+  const Error undeclared = error_from([&] { s.common_name("learning_rate", "optim.learning_rate"); });
+  EXPECT_EQ(undeclared.kind(), ErrorKind::kInternal);
+  EXPECT_EQ(undeclared.message(),
+            "common name 'learning_rate' names 'optim.learning_rate', which is not a declared key");
+  EXPECT_EQ(error_from([&] { s.common_name("Learning-Rate", "optim.lr"); }).kind(), ErrorKind::kInternal);
+  s.add("data.workers", Type::kInt, "");
+  s.common_name("lr", "optim.lr");
+  EXPECT_EQ(error_from([&] { s.common_name("lr", "data.workers"); }).kind(), ErrorKind::kInternal);
 }
 
 TEST(SchemaGetters, ReadTypedValues) {

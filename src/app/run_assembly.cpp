@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "bellows/app/model_setup.h"
+#include "bellows/app/precision_trial.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
 #include "bellows/app/strategy_setup.h"
@@ -399,6 +400,17 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
                        : val_path.empty()    ? fmt::format("the validation split ({})", splits.val->name())
                                              : fmt::format("the validation data (data.val_path {}: {})", c.origin("data.val_path").str(), val_path),
                        ErrorKind::kData}});
+    // precision: auto's reduced precision on a CPU, kept only where a trial measured it faster for this model.
+    if (config::get_string(c, "precision") == "auto" && a.plan.device.is_cpu() && a.plan.precision != "fp32" && ranks->world_size() == 1 &&
+        splits.train->size() > 0) {
+      const std::int64_t samples = config::is_word(c, "data.batch_size", "auto") ? 32 : loaded_batch_size(c);
+      const PrecisionTrial trial = measure_precision_trial(*a.model.module, *a.model.task, probe_batch(*splits.train, samples), a.plan.precision);
+      for (plan::PlanEntry& e : a.plan.entries) {
+        if (e.key != "precision") continue;
+        std::tie(a.plan.precision, e.reason) = precision_from_trial(trial, e.reason);
+        e.value = a.plan.precision;
+      }
+    }
   }
 
   // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---

@@ -57,6 +57,32 @@ TEST(Doctor, ASlowSourceIsInputBoundAndTheSuggestedWorkersHelp) {
   EXPECT_EQ(j["trials"][0]["name"], "baseline");
 }
 
+// Issue 44: a run in a reduced precision (auto's choice on a CPU with bf16 units, or the user's) reported "[ok]
+// already a reduced precision" where fp32 was faster; doctor now measures fp32 against it and advises fp32 exactly
+// when that trial measured at least kMinGain.
+TEST(Doctor, AReducedPrecisionIsComparedWithFp32) {
+  const config::Config c = resolve_config(std::nullopt, {"precision=bf16-mixed", "data.samples=4096", "model.hidden=[64]"});
+  const DoctorReport r = doctor(c, quiet(4));
+  const DoctorTrial* base = r.trial("baseline");
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(base->precision, "bf16-mixed");
+  const DoctorFinding* precision = r.find("precision");
+  ASSERT_NE(precision, nullptr);
+  EXPECT_EQ(precision->summary.find("already a reduced precision"), std::string::npos) << precision->summary;
+  if (precision->status == "not measured") {
+    EXPECT_NE(precision->summary.find("fp32 might be faster than bf16-mixed"), std::string::npos) << precision->summary;
+    return;
+  }
+  const DoctorTrial* fp32 = r.trial("precision=fp32");
+  ASSERT_NE(fp32, nullptr) << r.to_text();
+  EXPECT_EQ(fp32->precision, "fp32");
+  const double gain = fp32->samples_per_s / base->samples_per_s;
+  EXPECT_EQ(precision->status == "advice", gain >= kMinGain) << precision->summary;
+  if (gain >= kMinGain) {
+    EXPECT_EQ(precision->advice, std::vector<std::string>{"precision=fp32"});
+  }
+}
+
 TEST(Doctor, AnInMemoryComputeLoopIsNotInputBoundAndPrecisionAdviceIsMeasured) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer instruments bellows' loader but not LibTorch's kernels: the share of the step spent on "

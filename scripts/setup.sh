@@ -18,7 +18,8 @@ BELLOWS_TORCH_SUPPORTED="2.11 2.12 2.13"  # the minor versions bellows builds ag
 BELLOWS_PY_EXTRAS=(numpy==2.4.6 jsonschema==4.26.0 safetensors==0.8.0 tensorboard==2.21.0)   # golden generators, schema checks, event-file round trip
 # Optional test dependencies: installed where pip can, else the tests that use them say so and skip.
 # transformers: the nli-encoder example's Hugging Face variant (4.57 is the last line with torchscript=True tracing).
-BELLOWS_PY_OPTIONAL=(transformers==4.57.6)
+# torchvision, timm: the newcomer walk (tests/e2e/newcomer_walk.py) scripts their ResNet-18 and MobileNetV3 and trains them.
+BELLOWS_PY_OPTIONAL=(transformers==4.57.6 torchvision==0.28.0 timm==1.0.31)
 BELLOWS_APT_PACKAGES=(cmake ninja-build g++ gfortran ccache pkg-config python3-venv
   libyaml-cpp-dev libcli11-dev libgloo-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libnetcdf-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libssl-dev libsentencepiece-dev libcairo2-dev

@@ -197,6 +197,7 @@ std::string Recorder::record(const Position& at) {
   const std::vector<double> sum = sums_over_ranks(strategy, parts);
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
+  r.task_values = r.values.size();
   if (!w.unit.empty()) {  // every rank's share: host counts times the ranks, device counts summed over them
     const double units =
         w.units * static_cast<double>(strategy.world_size()) + (w.units_on_device.defined() ? sum[per_rank_at - 1] : 0.0);

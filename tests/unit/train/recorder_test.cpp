@@ -80,6 +80,7 @@ TEST(Recorder, ARecordIsTheWindowsMeansAndNamesASkippedStep) {
   EXPECT_EQ(r.lr, 0.25);
   EXPECT_DOUBLE_EQ(value(r.values, "loss"), 3.0) << "the mean over the window's three micro-batches";
   EXPECT_DOUBLE_EQ(value(r.values, "mae"), 6.0);
+  EXPECT_EQ(r.task_values, 2u) << "the loss and the task's metric first: what the console shows";
   EXPECT_DOUBLE_EQ(value(r.values, "grad_norm"), 1.0) << "finite norms only: (2 + 0) / 2 steps";
   EXPECT_EQ(value(r.values, "skipped_steps"), 1.0);
   EXPECT_GT(r.samples_per_s, 0);

@@ -80,7 +80,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
   // Memory format.
   const bool cl = config::get_bool(c, "channels_last");
   if (convolutional) row("channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
-  else row("channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no convolutions", model.name));
+  else row("channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no 2-D convolutions (channels_last lays out their 4-D tensors)", model.name));
   // The optimizer's kernels.
   const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
   row("optimizer", foreach ? "optim.implementation=fused" : "optim.implementation=foreach", {foreach ? "optim.implementation=fused" : "optim.implementation=foreach"},
@@ -112,7 +112,7 @@ std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareIn
       row("cudnn_benchmark", fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark), {fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark)},
           "cuDNN benchmark: 10-30% (convolutions)");
     } else {
-      row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not applicable: model {} has no convolutions", model.name));
+      row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not measured: model {} has no 2-D convolutions (the matrix tries cuDNN's search with those)", model.name));
     }
     const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
     row("cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
@@ -185,7 +185,7 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
       Trial t = runner.run(fmt::format("{} (round {})", r.label, round + 1), r.overrides, options.trial_seconds, 5, /*baseline=*/&r == &report.baseline);
       if (!t.measured()) {
         // A model that cannot take the setting (no blocks to checkpoint: models/activation_checkpoint.h's refusal,
-        // which starts "checkpointing: ") is a row that does not apply, like channels_last without convolutions.
+        // which starts "checkpointing: ") is a row that does not apply, like channels_last without 2-D convolutions.
         if (r.id == "checkpointing" && t.error.rfind("checkpointing: ", 0) == 0) {
           r.skipped = "not applicable: " + t.error.substr(std::string("checkpointing: ").size());
           r.trials.clear();

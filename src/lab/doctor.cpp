@@ -24,6 +24,7 @@
 #include "bellows/obs/sink.h"
 #include "bellows/plan/plan.h"
 #include "bellows/util/check.h"
+#include "bellows/util/format.h"  // defines: percent_text
 
 namespace bellows::lab {
 namespace fs = std::filesystem;
@@ -324,7 +325,12 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
   // Overhead: step time against batch size.
   {
     DoctorFinding f{"overhead", "ok", "", {}, {}, 0, ""};
-    if (base.mfu >= 0) f.evidence.push_back(fmt::format("baseline MFU {} ({:.4g} GFLOP/s achieved)", pct(base.mfu), base.gflops));
+    if (base.mfu >= 0) {
+      f.evidence.push_back(fmt::format("baseline MFU {} ({:.4g} GFLOP/s achieved)", percent_text(base.mfu), base.gflops));
+    } else if (base.gflops < 0 && base.steps >= 2) {  // the second step is the counted one
+      f.evidence.push_back("baseline MFU not counted: no FLOPs were counted for the model's step (log.flops off, or none of its ops "
+                           "has a FLOP formula)");
+    }
     if (const auto it = done.find("overhead"); it != done.end()) {
       const DoctorTrial& t = it->second;
       f.trial = t.name;

@@ -208,9 +208,9 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
     if (d.values.size() > 1) space.dimensions.push_back(std::move(d));
   }
   add_loader_dimension(space, c, p, hw);
-  // channels_last, cuDNN's algorithm search: convolutional models
+  // channels_last, cuDNN's algorithm search: models with 2-D convolutions (4-D tensors)
   if (!convolutional) {
-    space.notes.push_back(fmt::format("channels_last: not searched (model {} has no convolutions)", model.name));
+    space.notes.push_back(fmt::format("channels_last: not searched (model {} has no 2-D convolutions, whose 4-D tensors channels_last lays out)", model.name));
   } else if (app::on_command_line(c, "channels_last")) {
     space.notes.push_back("channels_last: not searched (set on the command line)");
   } else {

@@ -229,7 +229,8 @@ ModelEntry torchscript_entry() {
   e.name = "torchscript";
   e.help = "your own PyTorch model, saved with torch.jit.script/trace; task: regression, classification, or the module's loss";
   e.add_keys = add_keys;
-  // Convolutions: a 4-D parameter (Conv2d weights); channels_last and cuDNN's search are then worth trying.
+  // 2-D convolutions: a 4-D parameter (Conv2d weights); channels_last (a layout of 4-D tensors) and cuDNN's search
+  // are then worth trying. A Conv1d's 3-D weights have no channels_last layout.
   e.has_convolutions = [](const config::Config& c) {
     try {
       const torch::jit::Module m = torch::jit::load(config::get_string(c, "model.path"), c10::Device(c10::kCPU));

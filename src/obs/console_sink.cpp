@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 namespace bellows::obs {
 namespace {
@@ -31,14 +32,31 @@ std::string values_text(const Values& values) {
   return out;
 }
 
-// " (data 2% copy 0% forward 31% backward 48% optimizer 17% other 2%)": where the window's step time went.
-std::string phases_text(const Values& phase_ms) {
-  double total = 0;
-  for (const auto& [phase, ms] : phase_ms) total += ms;
-  if (total <= 0) return "";
+// " loss 0.6931 accuracy 0.5000": the loss and the task's metrics.
+std::string task_text(const StepRecord& r) {
+  return values_text(Values(r.values.begin(), r.values.begin() + static_cast<std::ptrdiff_t>(std::min(r.task_values, r.values.size()))));
+}
+
+const double* find_value(const Values& values, std::string_view key) {
+  for (const auto& [k, v] : values) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+// What a plain line adds to the task's numbers: the gradient norm and one memory number, the window's peak of
+// tensor memory (the process's resident peak where tensor memory is not counted). The memory breakdown by category,
+// phase and rank, the phases, FLOP/s, MFU and the throughput in the data's units (tokens_per_s, pixels_per_s: beside
+// samples/s) stay in metrics.jsonl and TensorBoard: on the console they made a line of about 450 characters.
+std::string plain_extras(const StepRecord& r) {
   std::string out;
-  for (const auto& [phase, ms] : phase_ms) out += fmt::format("{}{} {:.0f}%", out.empty() ? " (" : " ", phase, 100 * ms / total);
-  return out + ")";
+  if (const double* norm = find_value(r.values, "grad_norm")) out += fmt::format(" grad_norm {}", value_text(*norm));
+  if (const double* peak = find_value(r.values, "mem_peak_mb")) {
+    out += fmt::format(" mem_peak_mb {:.1f}", *peak);
+  } else if (const double* rss = find_value(r.values, "rss_peak_mb")) {
+    out += fmt::format(" rss_peak_mb {:.1f}", *rss);
+  }
+  return out;
 }
 
 }  // namespace
@@ -62,20 +80,18 @@ void ConsoleSink::on_run_start(const RunStart& start) {
 }
 
 void ConsoleSink::on_step(const StepRecord& r) {
-  const double loss = r.values.empty() ? 0.0 : r.values.front().second;
   if (tty_) {
     constexpr int kWidth = 24;
     const double frac = r.batches_per_epoch > 0 ? static_cast<double>(r.batch_in_epoch) / r.batches_per_epoch : 0.0;
     const int filled = static_cast<int>(frac * kWidth);
     const double eta = frac > 0 ? r.epoch_elapsed_s * (1 - frac) / frac : -1;
-    fmt::print(out_, "\r\x1b[2Kepoch {}/{} [{:=<{}}{:<{}}] {}/{} loss {} {:.0f} samples/s ETA {}", r.epoch + 1, epochs_,
-               "", filled, "", kWidth - filled, r.batch_in_epoch, r.batches_per_epoch, value_text(loss), r.samples_per_s,
-               duration(eta));
+    fmt::print(out_, "\r\x1b[2Kepoch {}/{} [{:=<{}}{:<{}}] {}/{}{} {:.0f} samples/s ETA {}", r.epoch + 1, epochs_, "", filled, "",
+               kWidth - filled, r.batch_in_epoch, r.batches_per_epoch, task_text(r), r.samples_per_s, duration(eta));
     bar_open_ = true;
   } else {
     fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} lr {} {:.1f} samples/s {:.1f} ms/step{}\n", r.epoch + 1, epochs_,
-               r.batch_in_epoch, r.batches_per_epoch, r.step, values_text(r.values), value_text(r.lr), r.samples_per_s,
-               r.step_time_ms, phases_text(r.phase_ms));
+               r.batch_in_epoch, r.batches_per_epoch, r.step, task_text(r), value_text(r.lr), r.samples_per_s, r.step_time_ms,
+               plain_extras(r));
   }
   std::fflush(out_);
 }
@@ -87,7 +103,7 @@ void ConsoleSink::finish_bar() {
 
 void ConsoleSink::on_epoch_end(std::int64_t epoch, const StepRecord& last) {
   finish_bar();
-  fmt::print(out_, "epoch {}/{} done in {}:{}\n", epoch + 1, epochs_, duration(last.epoch_elapsed_s), values_text(last.values));
+  fmt::print(out_, "epoch {}/{} done in {}:{}\n", epoch + 1, epochs_, duration(last.epoch_elapsed_s), task_text(last));
   std::fflush(out_);
 }
 

@@ -13,6 +13,7 @@
 
 #include "bellows/util/atomic_file.h"  // defines: write_file_atomically_via
 #include "bellows/util/check.h"
+#include "obs/internal/op_flops.h"        // defines: uncounted_op_flops
 
 namespace bellows::obs {
 
@@ -22,14 +23,16 @@ using torch::profiler::impl::ActivityType;
 namespace {
 std::atomic<bool> flop_counter_running{false};  // one count in the process at a time (trainers on several threads)
 
-// While FLOPs are counted: LibTorch's profiler warns once per operator call whose inputs it did not record
-// ("Failed to save extra arguments for flops computation of op aten::conv2d, input[0] must be a tensor"): every
-// operator a TorchScript module runs, dozens of lines per counted step. Those operators go uncounted (docs/models.md
-// says so); the lines are dropped, every other warning goes to the handler that was there before.
+// While FLOPs are counted: LibTorch's profiler warns per operator call whose arguments it could not keep or read
+// ("Failed to save extra arguments for flops computation of op aten::conv2d, input[0] must be a tensor"; "Failed to
+// compute flops for op aten::conv2d because it requires padding, stride, and dilation values" for padding="same"),
+// up to dozens of lines per counted step. Those ops are counted by bellows' formulas (op_flops.cpp) or through the
+// ops they run; the lines are dropped, every other warning goes to the handler that was there before.
 class FlopWarningFilter final : public c10::WarningHandler {
  public:
   void process(const c10::Warning& warning) override {
-    if (warning.msg().rfind("Failed to save extra arguments for flops computation", 0) == 0) return;
+    const std::string& msg = warning.msg();
+    if (msg.rfind("Failed to save extra arguments for flops computation", 0) == 0 || msg.rfind("Failed to compute flops for op", 0) == 0) return;
     if (previous) previous->process(warning);
   }
   c10::WarningHandler* previous = nullptr;
@@ -160,8 +163,12 @@ double FlopCounter::stop() {
   if (!active_) return 0;
   active_ = false;
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
-  filter_flop_warnings(false);
   flop_counter_running = false;
+  // The profiler computes an event's count when it is read (KinetoEvent::flops), and warns then: the filter stays
+  // until the events are read.
+  struct Unfilter {
+    ~Unfilter() { filter_flop_warnings(false); }
+  } unfilter;
   // An op with a count may run others with counts (under bf16 autocast on the CPU, addmm runs a matrix product
   // inside: counting both doubled the forward's FLOPs, measured on the demo). Only the outermost counted op of each
   // nest counts: per thread, in start order, an op inside the last one counted is skipped.
@@ -171,8 +178,14 @@ double FlopCounter::stop() {
   };
   std::map<std::uint64_t, std::vector<Counted>> by_thread;
   for (const auto& e : result->events()) {
-    if (e.flops() == 0 || e.deviceType() != c10::DeviceType::CPU) continue;
-    by_thread[e.startThreadId()].push_back({e.startNs(), e.endNs(), static_cast<double>(e.flops())});
+    if (e.deviceType() != c10::DeviceType::CPU) continue;
+    // The profiler's own count where it has one; else bellows' formula for the op (a Conv1d, any convolution's
+    // backward, a fused attention kernel), from the shapes and arguments it recorded.
+    double flops = static_cast<double>(e.flops());
+    if (flops == 0 && e.hasShapes()) {
+      flops = internal::uncounted_op_flops(e.name(), e.shapes(), e.hasConcreteInputs() ? e.concreteInputs() : c10::ArrayRef<c10::IValue>());
+    }
+    if (flops > 0) by_thread[e.startThreadId()].push_back({e.startNs(), e.endNs(), flops});
   }
   double flops = 0;
   for (auto& [thread, ops] : by_thread) {

@@ -13,7 +13,8 @@
 #include "bellows/dist/strategy.h"
 #include "bellows/obs/memory.h"
 #include "bellows/precision/precision.h"
-#include "bellows/util/timer.h"  // defines: now_s
+#include "bellows/util/format.h"  // defines: percent_text
+#include "bellows/util/timer.h"   // defines: now_s
 
 namespace bellows::train {
 namespace {
@@ -114,7 +115,7 @@ void Recorder::start_epoch(std::int64_t step) {
 void Recorder::begin_step(std::int64_t step) {
   clock_->lap(obs::Phase::kOther);  // since the last step's optimizer: records, evaluation, checkpoints
   profiler_->before_step(step);
-  counting_ = options_.count_flops && flops_per_sample_ == 0 && step > fit_first_step_ && flop_counter_.start();
+  counting_ = options_.count_flops && !flops_counted_ && step > fit_first_step_ && flop_counter_.start();
 }
 
 void Recorder::end_step(const StepResult& r, std::int64_t step, std::int64_t world) {
@@ -128,11 +129,14 @@ void Recorder::end_step(const StepResult& r, std::int64_t step, std::int64_t wor
   if (counting_) {
     counting_ = false;
     const double flops = flop_counter_.stop();  // a repeated step counted its failed attempt too: the next step counts
-    if (flops > 0 && r.samples > 0 && !r.repeated) {
+    if (r.samples > 0 && !r.repeated) {
+      flops_counted_ = true;  // once: a model none of whose ops counts is not profiled at every step
       flops_per_sample_ = flops / static_cast<double>(r.samples);
-      message(fmt::format("model FLOPs: {:.4g} GFLOP per sample per training step, counted from the shapes of step {}'s ops "
-                          "(LibTorch's profiler: matrix products, convolutions, elementwise mul/add; forward and backward)",
-                          flops_per_sample_ / 1e9, step));
+      message(flops > 0 ? fmt::format("model FLOPs: {:.4g} GFLOP per sample per training step, counted from the shapes of step {}'s ops "
+                                       "(LibTorch's profiler and bellows' formulas: matrix products, convolutions, attention, "
+                                       "elementwise mul/add; forward and backward)", flops_per_sample_ / 1e9, step)
+                        : fmt::format("model FLOPs: not counted: none of step {}'s ops has a FLOP formula (matrix products, "
+                                      "convolutions, attention, elementwise mul/add); no GFLOP/s or MFU is reported", step));
     }
   }
   ++w.optimizer_calls;
@@ -195,6 +199,7 @@ std::string Recorder::record(const Position& at) {
   const std::vector<double> sum = sums_over_ranks(strategy, parts);
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
+  r.task_values = r.values.size();
   if (!w.unit.empty()) {  // every rank's share: host counts times the ranks, device counts summed over them
     const double units =
         w.units * static_cast<double>(strategy.world_size()) + (w.units_on_device.defined() ? sum[per_rank_at - 1] : 0.0);
@@ -338,10 +343,12 @@ void Recorder::end_fit(FitResult& result, std::int64_t epochs, const std::string
     end.summary.emplace_back("model FLOPs", fmt::format("{:.4g} GFLOP per sample (counted from op shapes)", flops_per_sample_ / 1e9));
     end.summary.emplace_back("achieved", fmt::format("{:.4g} GFLOP/s per device{}", per_device / 1e9,
                                                      options_.peak_flops_per_s > 0
-                                                         ? fmt::format(" = {:.1f}% of the measured {} peak ({:.4g} GFLOP/s): MFU",
-                                                                       100 * per_device / options_.peak_flops_per_s, options_.peak_name,
-                                                                       options_.peak_flops_per_s / 1e9)
+                                                         ? fmt::format(" = {} of the measured {} peak ({:.4g} GFLOP/s): MFU",
+                                                                       percent_text(per_device / options_.peak_flops_per_s),
+                                                                       options_.peak_name, options_.peak_flops_per_s / 1e9)
                                                          : std::string()));
+  } else if (flops_counted_) {
+    end.summary.emplace_back("model FLOPs", "not counted (none of the step's ops has a FLOP formula): no GFLOP/s or MFU");
   }
   for (auto& sink : sinks_) sink->on_run_end(end);
 }

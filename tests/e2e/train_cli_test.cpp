@@ -56,12 +56,33 @@ TEST(TrainCli, DemoTrainsAndWritesTheRunDirectory) {
   EXPECT_TRUE(fs::exists(out / "demo-2" / "metrics.jsonl"));
 }
 
-// --max-steps without train.epochs (the demo sets 3) trains to max_steps: one epoch of 231 batches is planned.
+// A plain line carries the numbers a person reads; metrics.jsonl keeps every field of the same records (the memory
+// breakdown once made the line about 450 characters). --max-steps without train.epochs (the demo sets 3) trains to
+// max_steps: one epoch of 231 batches is planned.
 TEST(TrainCli, PlainLinesWhenNotATerminal) {
-  const Result r = run("train --max-steps 20 --output-dir " + scratch().string() + " train.log_every_n_steps=10 threads=1");
+  const fs::path out = scratch();
+  const Result r = run("train --max-steps 20 --output-dir " + out.string() + " train.log_every_n_steps=10 threads=1");
   ASSERT_EQ(r.code, 0) << r.err;
+  const std::size_t at = r.out.find("epoch 1/1 batch 20/231 step 20 loss");
+  ASSERT_NE(at, std::string::npos) << r.out;
   EXPECT_NE(r.out.find("epoch 1/1 batch 10/231 step 10 loss"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress-bar redraws in a pipe";
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_LT(line.size(), 140u) << line;
+  for (const char* shown : {" lr ", " samples/s ", " ms/step", " grad_norm ", " mem_peak_mb "}) {
+    EXPECT_NE(line.find(shown), std::string::npos) << shown << " not in " << line;
+  }
+  for (const char* left_out : {"mem_mb", "mem_weights_mb", "rss_mb", "gflops", "mfu", "(data "}) {
+    EXPECT_EQ(line.find(left_out), std::string::npos) << left_out << " in " << line;
+  }
+  std::ifstream metrics(out / "demo" / "metrics.jsonl");
+  nlohmann::json last;
+  for (std::string l; std::getline(metrics, l);) {
+    if (const auto j = nlohmann::json::parse(l); j["type"] == "train") last = j;
+  }
+  for (const char* key : {"mem_mb", "mem_peak_mb", "mem_weights_mb", "mem_optim_mb", "rss_mb", "rss_peak_mb", "gflops", "time_forward_ms"}) {
+    EXPECT_TRUE(last.contains(key)) << key << " missing from " << last.dump();
+  }
 }
 
 TEST(TrainCli, ConfigShowAppliesOverridesAndAliases) {

@@ -66,8 +66,9 @@ struct ModelEntry {
   // 4-D activations (convolutions): channels_last and cuDNN's algorithm search apply; the autotuner and the
   // optimization matrix try them for such models only.
   bool convolutional = false;
-  // Optional: whether the configured model has convolutions, where its keys decide it rather than its name (a
-  // user's TorchScript file); `convolutional` otherwise. Read through is_convolutional().
+  // Optional: whether the configured model has 2-D convolutions (4-D activations, as `convolutional`), where its keys
+  // decide it rather than its name (a user's TorchScript file); `convolutional` otherwise. Read through
+  // is_convolutional().
   std::function<bool(const config::Config&)> has_convolutions;
 };
 

@@ -1,6 +1,7 @@
 // Console output of a training run: the header table at start; on a terminal a progress bar per epoch with
-// ETA, loss and samples/s redrawn in place; when not a terminal, one plain line per logged step; the
-// summary table at the end.
+// ETA, the loss and the task's metrics and samples/s redrawn in place; when not a terminal, one plain line per
+// logged step with the numbers a person reads (step, loss, metrics, lr, samples/s, ms/step, grad norm, peak
+// memory; every field of a record is in metrics.jsonl); the summary table at the end.
 #pragma once
 
 #include <cstdio>

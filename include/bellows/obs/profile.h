@@ -50,10 +50,12 @@ class StepProfiler {
 };
 
 // Counts the floating-point operations of what runs between start() and stop(), from the ops' shapes: LibTorch's
-// profiler with with_flops (Kineto, CPU activity), which counts matrix products (mm, addmm, bmm, baddbmm),
-// convolutions and elementwise mul/add, in the forward and in autograd's backward alike. Other ops (activations,
-// norms, reductions, the fused optimizer) count 0. Only one profiler runs at a time: start() returns false while
-// another (a StepProfiler trace) is on.
+// profiler with with_flops (Kineto, CPU activity), which counts matrix products (mm, addmm, bmm, baddbmm), 2-D
+// convolutions and elementwise mul/add, and bellows' formulas for what it leaves at 0 (src/obs/op_flops.cpp: 1-D,
+// 3-D and transposed convolutions, every convolution's backward, mv/dot/addbmm and the in-place products, the fused
+// attention kernels), in the forward and in autograd's backward alike. Other ops (activations, norms, reductions,
+// the fused optimizer) count 0. Only one profiler runs at a time: start() returns false while another (a
+// StepProfiler trace) is on.
 class FlopCounter {
  public:
   ~FlopCounter();  // stops a count still running

@@ -32,6 +32,9 @@ struct StepRecord {
   double step_time_ms = 0;           // mean over the logging window
   double lr = 0;
   Values values;                     // loss, metrics, grad_norm, loss_scale, skipped_steps ... (window means)
+  // values[0, task_values): the loss and the task's metrics, the numbers a person reads on the console (the rest
+  // go to metrics.jsonl and TensorBoard).
+  std::size_t task_values = 1;
   // Where a step's time went, in ms per optimizer step (window means), by phase: data, copy, forward, backward,
   // optimizer, other (obs/phase_clock.h). Their sum is the window's wall time per step, up to the record's own
   // reading; empty when not measured.

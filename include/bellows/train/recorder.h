@@ -92,7 +92,8 @@ class Recorder {
   std::unique_ptr<obs::PhaseClock> clock_;
   std::unique_ptr<obs::StepProfiler> profiler_;
   obs::FlopCounter flop_counter_;
-  bool counting_ = false;  // the step being run is having its FLOPs counted
+  bool counting_ = false;        // the step being run is having its FLOPs counted
+  bool flops_counted_ = false;   // a step's count is done (flops_per_sample_ 0: none of its ops counts)
   double flops_per_sample_ = 0;
   std::vector<std::string> param_names_;
   std::int64_t fit_first_step_ = 0;

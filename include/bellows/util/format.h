@@ -13,4 +13,8 @@ namespace bellows {
 std::string shape_of(const at::Tensor& t);
 std::string shape_of(at::IntArrayRef sizes);
 
+// A fraction as a percentage, "42.1%", with two significant digits below 1% ("0.0079%"), so that a small share
+// (the MFU of a small model) does not read as "0.0%"; "0%" for 0.
+std::string percent_text(double fraction);
+
 }  // namespace bellows

@@ -86,7 +86,7 @@ TEST(TuneSpace, NumericsChangingSettingsOnlyWhenAllowed) {
   EXPECT_EQ(dimension(plain, "precision"), nullptr);
   EXPECT_EQ(dimension(plain, "micro_batch"), nullptr);
   EXPECT_TRUE(has_note(plain.notes, "precision: not searched (it changes the numerics"));
-  EXPECT_TRUE(has_note(plain.notes, "channels_last: not searched (model mlp has no convolutions)"));
+  EXPECT_TRUE(has_note(plain.notes, "channels_last: not searched (model mlp has no 2-D convolutions, whose 4-D tensors channels_last lays out)"));
   const TuneDimension* loader = dimension(plain, "loader");
   ASSERT_NE(loader, nullptr);
   EXPECT_TRUE(loader->values[0].overrides.empty()) << "the configured setting comes first";
@@ -238,7 +238,7 @@ TEST(BenchMatrix, EveryRowMeasuredOrSaysWhyAndTheChartIsWritten) {
   for (const char* id : {"precision", "workers", "prefetch", "channels_last", "optimizer", "accumulation", "checkpointing", "cudnn_benchmark", "cuda_graphs"}) {
     ASSERT_TRUE(rows.count(id)) << id;
   }
-  EXPECT_NE(rows["channels_last"]->skipped.find("not applicable: model mlp has no convolutions"), std::string::npos);
+  EXPECT_NE(rows["channels_last"]->skipped.find("not applicable: model mlp has no 2-D convolutions (channels_last lays out their 4-D tensors)"), std::string::npos);
   EXPECT_NE(rows["cuda_graphs"]->skipped.find("CUDA only"), std::string::npos);
   // The MLP has no blocks to checkpoint: its trial says so, and the row does not apply (it said "failed", issue 32).
   EXPECT_EQ(rows["checkpointing"]->skipped.rfind("not applicable: model '", 0), 0u) << rows["checkpointing"]->skipped;

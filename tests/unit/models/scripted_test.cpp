@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "bellows/models/dropout.h"
+#include "bellows/obs/profile.h"  // defines: FlopCounter
 #include "bellows/precision/autocast.h"
 #include "bellows/util/error.h"
 
@@ -311,6 +312,43 @@ TEST(Scripted, OutputsAreSelectedByIndexOrKey) {
   EXPECT_THROW(select_output(tuple, "", "k"), Error);
   EXPECT_THROW(select_output(c10::IValue(dict), "loss", "k"), Error);
   EXPECT_THROW(select_output(c10::IValue(a), "0", "k"), Error);
+}
+
+// A user's 1-D CNN as scripted from Python (nn.Conv1d(3, 16, 5, padding=2), BatchNorm1d, ReLU, mean over time,
+// nn.Linear(16, 4)), trained one step on a [64, 3, 64] batch: the FLOP counter counts what it computes. Its Conv1d
+// read 0 (LibTorch's profiler counts aten::conv2d only), about 1000x too few FLOPs for such a model.
+TEST(Scripted, AConv1dModelsTrainingStepCountsItsConvolutionsAndProducts) {
+  torch::jit::Module m("Cnn");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("conv_weight", at::randn({16, 3, 5}).requires_grad_(), false);
+  m.register_parameter("conv_bias", at::zeros({16}).requires_grad_(), false);
+  m.register_parameter("bn_weight", at::ones({16}).requires_grad_(), false);
+  m.register_parameter("bn_bias", at::zeros({16}).requires_grad_(), false);
+  m.register_buffer("running_mean", at::zeros({16}));
+  m.register_buffer("running_var", at::ones({16}));
+  m.register_parameter("head_weight", at::randn({4, 16}).requires_grad_(), false);
+  m.register_parameter("head_bias", at::zeros({4}).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, signal):
+    h = torch.conv1d(signal, self.conv_weight, self.conv_bias, [1], [2])
+    h = torch.batch_norm(h, self.bn_weight, self.bn_bias, self.running_mean, self.running_var, self.training, 0.1, 1e-5, False)
+    return torch.linear(torch.relu(h).mean(-1), self.head_weight, self.head_bias)
+)JIT");
+  const fs::path path = fs::path(::testing::TempDir()) / "conv1d_flops.pt";
+  m.save(path.string());
+  ScriptedModule net(path);
+  data::Batch b;
+  b.tensors["signal"] = at::randn({64, 3, 64});
+  // A warm-up step, as the trainer counts its second step.
+  net.run("forward", {{"", "signal"}}, b).toTensor().sum().backward();
+  obs::FlopCounter counter;
+  ASSERT_TRUE(counter.start());
+  net.run("forward", {{"", "signal"}}, b).toTensor().sum().backward();
+  const double per_sample = counter.stop() / 64;
+  // By hand, per sample: the convolution 2 x 16 x 64 positions x 3 x 5 = 30,720 forward and as much for its
+  // weight's gradient (the data needs none); the Linear 2 x 16 x 4 = 128 forward, twice that backward.
+  const double by_hand = 30720.0 + 30720 + 128 + 256;
+  EXPECT_NEAR(per_sample, by_hand, 0.02 * by_hand) << "counted " << per_sample;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "bellows/dist/strategy.h"
@@ -79,6 +80,7 @@ TEST(Recorder, ARecordIsTheWindowsMeansAndNamesASkippedStep) {
   EXPECT_EQ(r.lr, 0.25);
   EXPECT_DOUBLE_EQ(value(r.values, "loss"), 3.0) << "the mean over the window's three micro-batches";
   EXPECT_DOUBLE_EQ(value(r.values, "mae"), 6.0);
+  EXPECT_EQ(r.task_values, 2u) << "the loss and the task's metric first: what the console shows";
   EXPECT_DOUBLE_EQ(value(r.values, "grad_norm"), 1.0) << "finite norms only: (2 + 0) / 2 steps";
   EXPECT_EQ(value(r.values, "skipped_steps"), 1.0);
   EXPECT_GT(r.samples_per_s, 0);
@@ -111,6 +113,36 @@ TEST(Recorder, FlopsAreCountedOnceOnTheSecondStepAndNotFromAStepThatRanAgain) {
   bool said = false;
   for (const auto& m : s.heard->messages) said = said || m.find("model FLOPs: 2.56e-07 GFLOP per sample per training step, counted from the shapes of step 3's") != std::string::npos;
   EXPECT_TRUE(said) << ::testing::PrintToString(s.heard->messages);
+}
+
+// A model none of whose ops has a FLOP formula: the run says so once (no profiler at every step after), and the
+// summary says "not counted" where a count of 0 would read as an MFU of 0.0%.
+TEST(Recorder, AStepWithoutCountedOpsIsNotCountedRatherThanZero) {
+  RecorderBench s;
+  s.options.count_flops = true;
+  s.options.peak_flops_per_s = 1e12;
+  s.recorder.start_fit(1, 10, 10, 0, {"w"});
+  s.recorder.start_epoch(0);
+  const at::Tensor a = at::randn({4, 8});
+  for (std::int64_t step = 0; step < 4; ++step) {
+    s.recorder.begin_step(step);
+    const at::Tensor c = at::relu(a);
+    s.recorder.end_step(result({1.0f}, 4, 1.0f, {1.0f}), step + 1, 1);
+  }
+  EXPECT_EQ(s.recorder.flops_per_sample(), 0.0);
+  int said = 0;
+  for (const auto& m : s.heard->messages) said += m.rfind("model FLOPs: not counted: none of step 2's ops has a FLOP formula", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(said, 1) << ::testing::PrintToString(s.heard->messages);
+  s.recorder.record({4, 0, 4, 10, 0.1});
+  EXPECT_TRUE(std::isnan(value(s.heard->steps.back().values, "mfu"))) << "no MFU in the records";
+  FitResult f;
+  f.steps = 4;
+  f.samples = f.new_samples = 16;
+  s.recorder.end_fit(f, 1, "loss", 1);
+  ASSERT_EQ(s.heard->ends.size(), 1u);
+  std::map<std::string, std::string> rows(s.heard->ends[0].summary.begin(), s.heard->ends[0].summary.end());
+  EXPECT_EQ(rows["model FLOPs"].rfind("not counted", 0), 0u) << rows["model FLOPs"];
+  EXPECT_EQ(rows.count("achieved"), 0u);
 }
 
 TEST(Recorder, TheSummaryTableReportsTheFit) {

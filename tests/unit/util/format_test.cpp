@@ -1,4 +1,4 @@
-// Small shared helpers: shape_of's text for tensors and size lists, the host copy of a StateDict, and a
+// Small shared helpers: shape_of's text for tensors and size lists, percent_text, the host copy of a StateDict, and a
 // module's parameters and buffers by name.
 #include "bellows/util/format.h"
 
@@ -20,6 +20,14 @@ TEST(Format, ShapeOf) {
   EXPECT_EQ(shape_of(at::Tensor()), "(undefined)");
   EXPECT_EQ(shape_of(at::zeros({4, 5, 6}).sizes().slice(1)), "[5, 6]");
   EXPECT_EQ(shape_of(std::vector<std::int64_t>{7}), "[7]");
+}
+
+// A small share keeps two significant digits: a small model's MFU of 0.0079% read "0.0%" once.
+TEST(Format, PercentText) {
+  EXPECT_EQ(percent_text(0.421), "42.1%");
+  EXPECT_EQ(percent_text(0.01), "1.0%");
+  EXPECT_EQ(percent_text(7.9e-5), "0.0079%");
+  EXPECT_EQ(percent_text(0.0), "0%");
 }
 
 TEST(StateDictHost, CopiesOrSharesContiguousHostTensors) {

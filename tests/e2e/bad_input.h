@@ -70,6 +70,13 @@ inline std::string csv_table(int rows) {
   return s;
 }
 
+// "a,b,y" and `rows` rows of numbers, y a class label 0, 1, ..., classes - 1 in turn.
+inline std::string class_table(int rows, int classes) {
+  std::string s = "a,b,y\n";
+  for (int r = 0; r < rows; ++r) s += std::to_string(0.1 * r) + "," + std::to_string(0.2 * r) + "," + std::to_string(r % classes) + "\n";
+  return s;
+}
+
 // The same table with line `line` (1-based, the header is line 1) replaced.
 inline std::string csv_with_line(int line, const std::string& text) {
   const std::string table = csv_table(20);

@@ -33,23 +33,13 @@ std::vector<BadInput> run_rows() {
       // Found by this catalogue: class labels 0..4 for a classifier of model.out_features=3 failed in the loss as
       // "internal error: LibTorch: Target 3 is out of bounds." (exit 1); the labels are now checked before training.
       {"ClassLabelsBeyondOutFeatures",
-       [](const fs::path& d) {
-         std::string s = "a,b,y\n";
-         for (int r = 0; r < 20; ++r)
-           s += std::to_string(0.1 * r) + "," + std::to_string(0.2 * r) + "," + std::to_string(r % 5) + "\n";
-         write_text(d / "table.csv", s);
-       },
+       [](const fs::path& d) { write_text(d / "table.csv", class_table(20, 5)); },
        kCsv + " data.csv.integer=[y] model.task=classification model.out_features=3",
        2,
        {"model.out_features is 3", "labels up to 4", "{dir}/table.csv"}},
       // Issue 44: integer class labels under model.task regression named only model.out_features.
       {"ClassLabelsUnderRegression",
-       [](const fs::path& d) {
-         std::string s = "a,b,y\n";
-         for (int r = 0; r < 20; ++r)
-           s += std::to_string(0.1 * r) + "," + std::to_string(0.2 * r) + "," + std::to_string(r % 3) + "\n";
-         write_text(d / "table.csv", s);
-       },
+       [](const fs::path& d) { write_text(d / "table.csv", class_table(20, 3)); },
        kCsv + " data.csv.integer=[y] model.out_features=3",
        2,
        {"model.out_features is 3", "the targets are integers: for class labels set model.task: classification (model.task is regression, "

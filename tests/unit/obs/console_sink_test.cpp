@@ -19,14 +19,7 @@ namespace bellows::obs {
 namespace {
 
 StepRecord classification_record() {
-  StepRecord r;
-  r.step = 40;
-  r.epoch = 0;
-  r.batch_in_epoch = 40;
-  r.batches_per_epoch = 231;
-  r.samples_per_s = 228.6;
-  r.step_time_ms = 252.6;
-  r.lr = 1e-3;
+  StepRecord r{.step = 40, .epoch = 0, .batch_in_epoch = 40, .batches_per_epoch = 231, .samples_per_s = 228.6, .step_time_ms = 252.6, .lr = 1e-3};
   r.values = {{"loss", 1.4159},      {"accuracy", 0.2374},      {"pixels_per_s", 58521.6}, {"grad_norm", 0.2647},
               {"skipped_steps", 0},  {"mem_mb", 0.2216},        {"mem_peak_mb", 1.089},    {"mem_weights_mb", 0.0016},
               {"mem_grads_mb", 0},   {"mem_optim_mb", 0.0029},  {"mem_ema_mb", 0},         {"rss_mb", 450.0439},

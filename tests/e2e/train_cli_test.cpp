@@ -425,4 +425,59 @@ TEST(TrainCli, RelativePathsGoByTheFileThatSetThem) {
       << missing.err;
 }
 
+// Issue 44: a config file saved with Windows line endings trains like its LF twin. Every line ends in "\r\n" (a
+// comment, a quoted string, a string checked against choices, a block list and a flow list among them); with one
+// thread and a fixed seed both runs end at the same losses, and their resolved configs are the same text, no value
+// keeping a '\r' (the config writer's CR fix, corpus seed tests/fuzz/corpus/config/crlf_value, covers the other way).
+TEST(TrainCli, ACrlfConfigTrainsLikeItsLfTwin) {
+  const fs::path dir = scratch();
+  const std::string lf =
+      "# a small run, saved once with LF and once with CRLF line endings\n"
+      "name: twin\n"
+      "seed: 7\n"
+      "threads: 1\n"
+      "precision: \"fp32\"   # a quoted string\n"
+      "optim:\n"
+      "  type: adamw\n"
+      "  lr: 0.01\n"
+      "model:\n"
+      "  hidden:\n"
+      "    - 8\n"
+      "    - 4\n"
+      "data:\n"
+      "  samples: 64\n"
+      "  batch_size: 8\n"
+      "  val_fraction: 0\n"
+      "train: {max_steps: 3, log_every_n_steps: 1, freeze: []}\n"
+      "plan:\n"
+      "  allow: [precision, batch_size]\n";
+  std::string crlf;
+  for (const char ch : lf) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+  std::ofstream(dir / "lf.yaml", std::ios::binary) << lf;
+  std::ofstream(dir / "crlf.yaml", std::ios::binary) << crlf;
+  ASSERT_NE(slurp(dir / "crlf.yaml").find("adamw\r\n"), std::string::npos);
+
+  const std::string out = " --output-dir " + (dir / "runs").string();
+  const Result a = run("train " + (dir / "lf.yaml").string() + out), b = run("train " + (dir / "crlf.yaml").string() + out);
+  ASSERT_EQ(a.code, 0) << a.err << a.out;
+  ASSERT_EQ(b.code, 0) << b.err << b.out;
+  const fs::path lf_run = dir / "runs" / "twin", crlf_run = dir / "runs" / "twin-2";  // the same name: the second is -2
+  const auto losses = [](const fs::path& run_dir) {
+    std::vector<double> out;
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["type"] == "train") out.push_back(j["loss"].get<double>());
+    }
+    return out;
+  };
+  ASSERT_EQ(losses(lf_run).size(), 3u);
+  EXPECT_EQ(losses(crlf_run), losses(lf_run));  // bitwise: the same run
+  const std::string lf_config = slurp(lf_run / "config.resolved.yaml"), crlf_config = slurp(crlf_run / "config.resolved.yaml");
+  EXPECT_EQ(crlf_config.find('\r'), std::string::npos) << crlf_config;
+  EXPECT_EQ(crlf_config, lf_config);
+  EXPECT_NE(crlf_config.find("type: adamw\n"), std::string::npos) << crlf_config;
+  EXPECT_NE(crlf_config.find("hidden: [8, 4]\n"), std::string::npos) << crlf_config;
+}
+
 }  // namespace

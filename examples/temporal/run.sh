@@ -5,11 +5,12 @@
 #   run.sh [--quick]     --quick: small data and 40 steps per stage (the CI's example.temporal test)
 source "$(dirname "$0")/../common.sh" "$@"; [ -z "$quick" ] || shift
 ensure_data series.npy features.csv
-# The stage configs read data/features.csv and data/series.npy relative to the working directory.
+# The stage configs read data/features.csv and data/series.npy relative to their own directory: copied beside data/.
 run_dir="$WORK/run${quick:+-quick}"
 rm -rf "$run_dir"
 mkdir -p "$run_dir"
 ln -s "$data" "$run_dir/data"
+cp "$here"/pipeline.yaml "$here"/mlp.yaml "$here"/lstm.yaml "$here"/transformer.yaml "$run_dir/"
 cd "$run_dir"
 
 overrides=(output_dir="$run_dir/runs")
@@ -19,7 +20,7 @@ if [ -n "$quick" ]; then
   overrides+=(train.epochs=1000 train.max_steps=40 train.eval_every_n_steps=40 schedule.warmup_steps=10
               train.log_every_n_steps=10)
 fi
-"$BELLOWS_BIN/bellows" train "$here/pipeline.yaml" "${overrides[@]}"
+"$BELLOWS_BIN/bellows" train "$run_dir/pipeline.yaml" "${overrides[@]}"
 
 # Each stage's last evaluation loss against its threshold (quick: what 40 steps reach with a wide margin).
 if [ -n "$quick" ]; then thresholds="temporal-mlp=0.6 temporal-lstm=0.6 temporal-transformer=0.8"

@@ -18,6 +18,7 @@
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
+#include "bellows/config/paths.h"  // defines: check_path_exists
 #include "bellows/dist/ddp.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
@@ -262,7 +263,12 @@ void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const
 std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::path& dir, Trainer& trainer, const std::string& otherwise) {
   const std::string resume = config::get_string(c, "resume");
   if (resume.empty()) return std::nullopt;
-  if (resume != "auto") return ckpt::resolve_checkpoint(resume);
+  if (resume != "auto") {
+    config::check_path_exists(c, "resume", resume, ErrorKind::kData,
+                              "give a checkpoint directory (step-XXXXXXXXX), its checkpoints/ directory or the run "
+                              "directory");
+    return ckpt::resolve_checkpoint(resume);
+  }
   std::vector<std::string> skipped;
   std::optional<fs::path> from = ckpt::find_latest_valid(dir / "checkpoints", &skipped);
   for (const auto& s : skipped) trainer.message(fmt::format("warning: skipped checkpoint {}", s));
@@ -383,6 +389,8 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
     }
   }
   if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+    config::check_path_exists(c, "init_weights", init, ErrorKind::kData,
+                              "give a safetensors file of the model's weights (bellows ckpt export writes one)");
     // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
     const models::WeightImport w{init, "", config::get_bool(c, "init_weights_strict"), "model", "init_weights_strict"};
     notes.push_back(import_note(w, import_weights(*a.model.module, w)));

@@ -144,7 +144,12 @@ config::Schema run_schema(const std::string& model_name) {
   config::Schema s;
   auto node = [](auto v) { return YAML::Node(v); };
   s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
-  s.add("output_dir", Type::kString, "directory that holds run directories").default_value(node("runs"));
+  // An output path follows the rule of every path (config/paths.h): `output_dir: runs` in a file is beside the file.
+  s.add("output_dir", Type::kString,
+        "directory that holds run directories (relative to the config file; the default and the command line's: to the "
+        "working directory)")
+      .default_value(node("runs"))
+      .file_path();
   s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
   // The keys bound to options structs (config/binding.h): the plan's (run.h), the trainer's (trainer_setup.h)
   add_plan_keys(s);
@@ -173,7 +178,8 @@ config::Schema run_schema(const std::string& model_name) {
   add_loader_keys(s);
   data::add_dataset_keys(s);
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
-  s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)").default_value(node(""));
+  s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)")
+      .default_value(node("")).file_path();
   s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
   s.add("checkpointing", Type::kStringList,
         "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
@@ -190,7 +196,11 @@ config::Schema run_schema(const std::string& model_name) {
         "against the cached measured matmul peak (measured once per machine)").default_value(node(true));
   s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")
       .choices({"stdout", "stderr", "none"}).default_value(node("stdout"));
-  s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path").default_value(node(""));
+  s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path")
+      .default_value(node(""))
+      .file_path([](const config::Config&, const std::string& value) {
+        return value == "auto" ? std::size_t{0} : value.size();  // auto names no file
+      });
   // model
   s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
   models::find_model(model_name).add_keys(s);

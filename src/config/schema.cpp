@@ -12,6 +12,7 @@
 #include <set>
 #include <string_view>
 
+#include "bellows/config/paths.h"  // defines: resolve_path
 #include "bellows/util/check.h"
 #include "bellows/util/suggest.h"
 #include "config/internal.h"
@@ -407,9 +408,10 @@ Schema::KeyBuilder& Schema::KeyBuilder::or_words(std::vector<std::string> w) {
   return *this;
 }
 
-Schema::KeyBuilder& Schema::KeyBuilder::file_path() {
+Schema::KeyBuilder& Schema::KeyBuilder::file_path(PathPart part) {
   BELLOWS_CHECK(spec_.type == Type::kString, fmt::format("{}: only string keys name files", spec_.key), "");
   spec_.file_path = true;
+  spec_.path_part = std::move(part);
   return *this;
 }
 
@@ -491,14 +493,21 @@ void Schema::validate(Config& config) const {
                                 ? "; an empty value (key=) clears only a key that can be empty: a list, a string whose "
                                   "default is \"\", a key without a default"
                                 : ""));
+  resolve_paths(config);
+}
+
+// Every file key by one rule (config/paths.h), here and nowhere else: a reader of the key gets the absolute path.
+// A value already absolute stays as it is, so validating twice changes nothing.
+void Schema::resolve_paths(Config& config) const {
   for (const auto& [key, spec] : keys_) {
     if (!spec.file_path || !config.has(key)) continue;
     const std::string value = config.node(key).Scalar();
-    if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
-    const Origin origin = config.origin(key);
-    const std::filesystem::path base = origin.file.empty() ? std::filesystem::current_path()
-                                                           : std::filesystem::absolute(origin.file).parent_path();
-    config.set(key, YAML::Node((base / value).lexically_normal().string()), origin);
+    const std::size_t length = spec.path_part ? std::min(spec.path_part(config, value), value.size()) : value.size();
+    const std::string written = value.substr(0, length);
+    if (written.empty() || std::filesystem::path(written).is_absolute()) continue;
+    Origin origin = config.origin(key);
+    origin.written_path = value;
+    config.set(key, YAML::Node(resolve_path(written, origin).string() + value.substr(length)), origin);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/config/paths.h"    // defines: check_path_exists
 #include "bellows/data/folds.h"
 #include "bellows/data/source_registry.h"
 #include "bellows/data/subset.h"
@@ -63,8 +64,14 @@ void add_dataset_keys(config::Schema& s) {
   std::vector<std::string> names;
   for (const auto& e : sources) names.push_back(e.name);
   s.add("data.source", Type::kString, "where samples come from").choices(names).default_value(node("synthetic"));
-  s.add("data.path", Type::kString, "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder)").default_value(node(""));
-  s.add("data.val_path", Type::kString, "separate validation data in the same format (empty: split off val_fraction)").default_value(node(""));
+  s.add("data.path", Type::kString,
+        "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder); relative to the config file")
+      .default_value(node(""))
+      .file_path();
+  s.add("data.val_path", Type::kString,
+        "separate validation data in the same format (empty: split off val_fraction); relative to the config file")
+      .default_value(node(""))
+      .file_path();
   s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
   s.add("data.val_split", Type::kString, "how val_fraction is chosen (auto: tail for time series, random otherwise)")
       .choices({"auto", "tail", "random"}).default_value(node("auto"));
@@ -97,6 +104,13 @@ DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer>
                        source.path_hint);
   BELLOWS_CHECK_CONFIG(source.has_val_path || val_path.empty(), fmt::format("data.val_path is set for {} data", name),
                        fmt::format("{} data splits off data.val_fraction", name));
+
+  // Named here, where the key and where it was set are known; a reader's own error knows only the path.
+  if (source.needs_path) config::check_path_exists(c, "data.path", request.path, ErrorKind::kData, source.path_hint);
+  if (!val_path.empty()) {
+    config::check_path_exists(c, "data.val_path", val_path, ErrorKind::kData,
+                              "give validation data in data.path's format");
+  }
 
   DataSplits out;
   out.temporal = windows || source.temporal;

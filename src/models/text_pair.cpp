@@ -8,6 +8,7 @@
 #include <map>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/config/paths.h"    // defines: check_path_exists
 #include "bellows/models/class_count.h"
 #include "bellows/models/dropout.h"
 #include "bellows/models/flops.h"
@@ -223,7 +224,8 @@ ModelEntry text_pair_entry() {
     s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
         .default_value(node(false));
     s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
-        .default_value(node(""));
+        .default_value(node(""))
+        .file_path();
     s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
         .default_value(node(true));
   };
@@ -266,6 +268,8 @@ ModelEntry text_pair_entry() {
     BuiltModel built{module, std::make_shared<TextPairTask>()};
     if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
     if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
+      config::check_path_exists(c, "model.encoder_weights", weights, ErrorKind::kData,
+                                "give a safetensors file (bellows ckpt export writes one)");
       // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
       built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",
                                "model.encoder_weights_strict"});

@@ -11,6 +11,7 @@
 
 #include <array>
 
+#include "bellows/config/paths.h"  // defines: check_path_exists
 #include "bellows/config/schema.h"
 #include "bellows/data/dataset.h"
 #include "bellows/models/registry.h"
@@ -36,6 +37,7 @@ struct ScriptedOptions {
 ScriptedOptions read_options(const config::Config& c) {
   ScriptedOptions o;
   o.path = config::get_string(c, "model.path");
+  config::check_path_exists(c, "model.path", o.path, ErrorKind::kConfig, "set model.path to a TorchScript file");
   o.inputs = parse_scripted_inputs(config::get_string_list(c, "model.inputs"), "model.inputs");
   const auto predict_inputs = config::get_string_list(c, "model.predict_inputs");
   o.predict_inputs = predict_inputs.empty() ? o.inputs : parse_scripted_inputs(predict_inputs, "model.predict_inputs");

@@ -6,8 +6,37 @@ namespace bellows::testing::bad_input {
 
 std::vector<BadInput> data_rows() {
   return {
+      // --- paths (exit 3): one rule for every path key (config/paths.h): a config file's relative paths start at its
+      // directory, the command line's at the working directory; a missing file is named as written, with the path
+      // looked for and the rule. Issue 44: data.path went by the working directory where model.path went by the file.
+      {"DataPathRelativeToTheConfigFile",
+       [](const fs::path& d) {
+         write_xy(d);  // beside the working directory's idea of the config, not beside the config
+         write_text(d / "cfg" / "run.yaml", "data:\n  source: npy\n  path: x.npy\n");
+       },
+       "train '{dir}/cfg/run.yaml' model.in_features=4 data.batch_size=8" + kRun,
+       3,
+       {"{dir}/cfg/run.yaml:3:3: data.path 'x.npy' does not exist: looked for {dir}/cfg/x.npy (relative to the directory of "
+        "{dir}/cfg/run.yaml, {dir}/cfg)",
+        "a relative path in a config file starts at that file's directory, on the command line at the working directory"}},
+      {"NpyTargetsFileRelativeToTheConfigFile",
+       [](const fs::path& d) {
+         write_text(d / "cfg" / "run.yaml", "data:\n  source: npy\n  path: x.npy\n  npy: {y: targets/y.npy}\n");
+         write_xy(d / "cfg");  // x.npy and y.npy beside the config; targets/ is not there
+       },
+       "train '{dir}/cfg/run.yaml' model.in_features=4 data.batch_size=8" + kRun,
+       3,
+       {"{dir}/cfg/run.yaml:4:9: data.npy.y 'targets/y.npy' does not exist: looked for {dir}/cfg/targets/y.npy (relative to the "
+        "directory of {dir}/cfg/run.yaml, {dir}/cfg)"}},
+      {"DataPathOnTheCommandLineRelativeToTheWorkingDirectory",
+       nothing,
+       "train data.source=npy data.path=nowhere/x.npy model.in_features=4 data.batch_size=8" + kRun,
+       3,
+       {"command line 'data.path=nowhere/x.npy': data.path 'nowhere/x.npy' does not exist: looked for /",
+        "/nowhere/x.npy (relative to the working directory, /"}},
+
       // --- CSV (exit 3): the file, the line, the column ---
-      {"CsvMissingFile", nothing, kCsv, 3, {"{dir}/table.csv: no such file"}},
+      {"CsvMissingFile", nothing, kCsv, 3, {"command line 'data.path={dir}/table.csv': data.path {dir}/table.csv does not exist"}},
       {"CsvPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kCsv, 3,
        {"{dir}/table.csv: is a directory, not a CSV file"}},
       // The tools that measure trials of the configured run end with that run's error, code and hint (as train does).
@@ -75,7 +104,9 @@ std::vector<BadInput> data_rows() {
        true},
 
       // --- NPY (exit 3): the file, the byte or the dtype ---
-      {"NpyMissingFile", nothing, kNpy, 3, {"{dir}/x.npy: no such file"}},
+      {"NpyMissingFile", nothing, kNpy, 3, {"data.path {dir}/x.npy does not exist"}},
+      {"NpyMissingTargetsFile", [](const fs::path& d) { data::write_npy(d / "x.npy", features()); }, kNpy, 3,
+       {"command line 'data.npy.y={dir}/y.npy': data.npy.y {dir}/y.npy does not exist", "give data.npy.y the targets' .npy file"}},
       {"NpyEmptyFile",
        [](const fs::path& d) {
          write_xy(d);
@@ -202,7 +233,7 @@ std::vector<BadInput> data_rows() {
        {"{dir}/data.npz:y", "tensor 'y' has 60 samples, but 'x' has 64"}},
 
       // --- NetCDF (exit 3) ---
-      {"NetcdfMissingFile", nothing, kNetcdf, 3, {"{dir}/weather.nc: no such file"}},
+      {"NetcdfMissingFile", nothing, kNetcdf, 3, {"data.path {dir}/weather.nc does not exist"}},
       {"NetcdfPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "weather.nc"); }, kNetcdf, 3,
        {"{dir}/weather.nc is a directory, not a NetCDF file", "give data.path the NetCDF file"}},
       {"NetcdfTruncated",

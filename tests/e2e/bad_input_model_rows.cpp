@@ -53,7 +53,8 @@ std::vector<BadInput> model_rows() {
          write_text(d / "cfg" / "run.yaml", "model:\n  name: torchscript\n  path: ../m/nothing.pt\n");
        },
        "train '{dir}/cfg/run.yaml' data.source=npy data.path='{dir}/x.npy' data.npy.y='{dir}/y.npy' data.batch_size=8" + kRun, 2,
-       {"model.path {dir}/m/nothing.pt does not exist"}},
+       {"{dir}/cfg/run.yaml:3:3: model.path '../m/nothing.pt' does not exist: looked for {dir}/m/nothing.pt (relative to the "
+        "directory of {dir}/cfg/run.yaml, {dir}/cfg)"}},
       {"ScriptedTooManyInputs", with_models, kScripted + " model.path='{dir}/m/good.pt' model.inputs=[x,y]", 2,
        {"model.path {dir}/m/good.pt: forward(x: Tensor) -> Tensor takes 1 input(s) by position, model.inputs passes more"}},
       {"ScriptedUnknownArgument", with_models, kScripted + " model.path='{dir}/m/good.pt' model.inputs=[x,mask=y]", 2,

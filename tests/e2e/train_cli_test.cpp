@@ -2,6 +2,8 @@
 // and Ctrl-C stopping at a step boundary.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <filesystem>
@@ -382,6 +384,121 @@ TEST(TrainCli, ResumingAFinishedRunSaysItIsCompleteWithItsLastNumbers) {
   EXPECT_NE(again.out.find("epochs completed    2 of 2"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("last eval accuracy"), std::string::npos) << again.out;
   EXPECT_EQ(again.out.find("checkpoint " + (dir / "runs").string()), std::string::npos) << "wrote a checkpoint again:\n" << again.out;
+}
+
+// Issue 44: one rule for every path key (docs/training.md, "Paths in a config"). A config in a subdirectory names its
+// data, its targets, a TorchScript model and its outputs relative to itself, and trains from another working
+// directory; the same keys on the command line go by the working directory; the resolved config holds absolute
+// paths, so that a resume and `bellows predict` from a third directory find every file.
+TEST(TrainCli, RelativePathsGoByTheFileThatSetThem) {
+  const fs::path dir = scratch(), exp = dir / "exp", elsewhere = dir / "elsewhere", cli = dir / "cli";
+  for (const fs::path& d : {exp / "data", elsewhere, cli / "data"}) fs::create_directories(d);
+  const at::Tensor x = at::sin(at::arange(64 * 4, at::kFloat).reshape({64, 4}));
+  bellows::data::write_npy(exp / "data" / "x.npy", x);
+  bellows::data::write_npy(exp / "data" / "y.npy", x.sum(1, true));
+  bellows::data::write_npy(cli / "data" / "x.npy", 2 * x);  // the same relative name, beside the working directory
+  torch::jit::Module linear("Linear");  // a user's scripted model, as torch.jit.script(...).save writes it
+  linear.register_parameter("w", at::full({4, 1}, 0.1).requires_grad_(), false);
+  linear.register_parameter("b", at::zeros({1}).requires_grad_(), false);
+  linear.define("def forward(self, x):\n    return torch.matmul(x, self.w) + self.b\n");
+  linear.save((exp / "m.pt").string());
+  write(exp, "run.yaml",
+        "name: paths\noutput_dir: out\nthreads: 1\ntrain: {max_steps: 2}\n"
+        "data:\n  source: npy\n  path: data/x.npy\n  npy: {y: data/y.npy}\n  batch_size: 8\n  val_fraction: 0\n"
+        "model:\n  name: torchscript\n  path: m.pt\n");
+  const auto in = [](const fs::path& d) { return "cd '" + d.string() + "' &&"; };
+  const auto resolved = [](const fs::path& run_dir) { return YAML::LoadFile((run_dir / "config.resolved.yaml").string()); };
+
+  const Result from_file = run("train ../exp/run.yaml", in(elsewhere));
+  ASSERT_EQ(from_file.code, 0) << from_file.err << from_file.out;
+  const fs::path run_dir = exp / "out" / "paths";  // output_dir: out, beside the config as well
+  const YAML::Node c = resolved(run_dir);
+  EXPECT_EQ(c["data"]["path"].as<std::string>(), (exp / "data" / "x.npy").string());
+  EXPECT_EQ(c["data"]["npy"]["y"].as<std::string>(), (exp / "data" / "y.npy").string());
+  EXPECT_EQ(c["model"]["path"].as<std::string>(), (exp / "m.pt").string());
+  EXPECT_EQ(c["output_dir"].as<std::string>(), (exp / "out").string());
+  EXPECT_FALSE(fs::exists(elsewhere / "out"));
+
+  // The command line's relative paths start at the working directory.
+  const Result from_cli = run("train ../exp/run.yaml data.path=data/x.npy data.npy.y=../exp/data/y.npy --output-dir runs", in(cli));
+  ASSERT_EQ(from_cli.code, 0) << from_cli.err << from_cli.out;
+  const YAML::Node from_cli_config = resolved(cli / "runs" / "paths");
+  EXPECT_EQ(from_cli_config["data"]["path"].as<std::string>(), (cli / "data" / "x.npy").string());
+  EXPECT_EQ(from_cli_config["data"]["npy"]["y"].as<std::string>(), (exp / "data" / "y.npy").string());
+  EXPECT_EQ(from_cli_config["model"]["path"].as<std::string>(), (exp / "m.pt").string());  // still the file's
+  EXPECT_EQ(from_cli_config["output_dir"].as<std::string>(), (cli / "runs").string());
+
+  // The run's resolved config resumes from anywhere, and predict finds the model through the checkpoint's config.
+  const Result resumed = run("train '" + (run_dir / "config.resolved.yaml").string() + "' resume=auto train.max_steps=3", in(dir));
+  ASSERT_EQ(resumed.code, 0) << resumed.err << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from " + (run_dir / "checkpoints" / "step-000000002").string()), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("optimizer steps   3"), std::string::npos) << resumed.out;
+  const Result predicted = run("predict '" + run_dir.string() + "' --input ../exp/data/x.npy --output p.npy", in(elsewhere));
+  ASSERT_EQ(predicted.code, 0) << predicted.err << predicted.out;
+  EXPECT_TRUE(fs::exists(elsewhere / "p.npy"));
+
+  // A missing file: the path as written, where it was looked for, and why there.
+  const Result missing = run("train ../exp/run.yaml data.path=data/nope.npy", in(elsewhere));
+  EXPECT_EQ(missing.code, 3) << missing.err;
+  EXPECT_NE(missing.err.find("command line 'data.path=data/nope.npy': data.path 'data/nope.npy' does not exist: looked for " +
+                             (elsewhere / "data" / "nope.npy").string() + " (relative to the working directory, " + elsewhere.string() + ")"),
+            std::string::npos)
+      << missing.err;
+}
+
+// Issue 44: a config file saved with Windows line endings trains like its LF twin. Every line ends in "\r\n" (a
+// comment, a quoted string, a string checked against choices, a block list and a flow list among them); with one
+// thread and a fixed seed both runs end at the same losses, and their resolved configs are the same text, no value
+// keeping a '\r' (the config writer's CR fix, corpus seed tests/fuzz/corpus/config/crlf_value, covers the other way).
+TEST(TrainCli, ACrlfConfigTrainsLikeItsLfTwin) {
+  const fs::path dir = scratch();
+  const std::string lf =
+      "# a small run, saved once with LF and once with CRLF line endings\n"
+      "name: twin\n"
+      "seed: 7\n"
+      "threads: 1\n"
+      "precision: \"fp32\"   # a quoted string\n"
+      "optim:\n"
+      "  type: adamw\n"
+      "  lr: 0.01\n"
+      "model:\n"
+      "  hidden:\n"
+      "    - 8\n"
+      "    - 4\n"
+      "data:\n"
+      "  samples: 64\n"
+      "  batch_size: 8\n"
+      "  val_fraction: 0\n"
+      "train: {max_steps: 3, log_every_n_steps: 1, freeze: []}\n"
+      "plan:\n"
+      "  allow: [precision, batch_size]\n";
+  std::string crlf;
+  for (const char ch : lf) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+  std::ofstream(dir / "lf.yaml", std::ios::binary) << lf;
+  std::ofstream(dir / "crlf.yaml", std::ios::binary) << crlf;
+  ASSERT_NE(slurp(dir / "crlf.yaml").find("adamw\r\n"), std::string::npos);
+
+  const std::string out = " --output-dir " + (dir / "runs").string();
+  const Result a = run("train " + (dir / "lf.yaml").string() + out), b = run("train " + (dir / "crlf.yaml").string() + out);
+  ASSERT_EQ(a.code, 0) << a.err << a.out;
+  ASSERT_EQ(b.code, 0) << b.err << b.out;
+  const fs::path lf_run = dir / "runs" / "twin", crlf_run = dir / "runs" / "twin-2";  // the same name: the second is -2
+  const auto losses = [](const fs::path& run_dir) {
+    std::vector<double> out;
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["type"] == "train") out.push_back(j["loss"].get<double>());
+    }
+    return out;
+  };
+  ASSERT_EQ(losses(lf_run).size(), 3u);
+  EXPECT_EQ(losses(crlf_run), losses(lf_run));  // bitwise: the same run
+  const std::string lf_config = slurp(lf_run / "config.resolved.yaml"), crlf_config = slurp(crlf_run / "config.resolved.yaml");
+  EXPECT_EQ(crlf_config.find('\r'), std::string::npos) << crlf_config;
+  EXPECT_EQ(crlf_config, lf_config);
+  EXPECT_NE(crlf_config.find("type: adamw\n"), std::string::npos) << crlf_config;
+  EXPECT_NE(crlf_config.find("hidden: [8, 4]\n"), std::string::npos) << crlf_config;
 }
 
 }  // namespace

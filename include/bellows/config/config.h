@@ -23,12 +23,14 @@ struct Origin {
   int line = 0;             // 1-based; 0 when unknown
   int column = 0;           // 1-based; 0 when unknown
   std::string note;         // "command line 'key=value'", "schema default", ...
+  // A file key's value as written, where validation made it absolute (Schema's file_path(), config/paths.h); else "".
+  std::string written_path;
   std::string str() const;  // "file:line:column", or the note when there is no file
 
   static Origin in_file(std::string file, int line = 0, int column = 0) {
-    return Origin{std::move(file), line, column, {}};
+    return Origin{std::move(file), line, column, {}, {}};
   }
-  static Origin noted(std::string note) { return Origin{{}, 0, 0, std::move(note)}; }
+  static Origin noted(std::string note) { return Origin{{}, 0, 0, std::move(note), {}}; }
 };
 
 // The top-level keys that name files to compose rather than values. They are consumed by composition and

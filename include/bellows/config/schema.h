@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,11 @@ namespace bellows::config {
 
 enum class Type { kBool, kInt, kDouble, kString, kStringList, kIntList, kDoubleList };
 
+// Which leading part of a file key's value names a file (Schema::KeyBuilder::file_path): its length, std::string::npos
+// for the whole value, 0 where the value names no file (resume's `auto`, data.npy.y's array in an .npz). `config`
+// holds the other keys' values, validated.
+using PathPart = std::function<std::size_t(const Config& config, const std::string& value)>;
+
 struct KeySpec {
   std::string key;  // dotted: "optim.lr"
   Type type = Type::kString;
@@ -36,6 +42,7 @@ struct KeySpec {
   std::vector<std::string> choices;  // allowed values for strings (and string-list elements)
   std::vector<std::string> words;    // numbers (kInt, kDouble): words accepted instead of a number ("auto")
   bool file_path = false;            // kString: a relative path resolves against the file that set it (see file_path())
+  PathPart path_part;                // file_path: the part of the value that names a file (empty: all of it)
 };
 
 class Schema {
@@ -52,10 +59,12 @@ class Schema {
     KeyBuilder& choices(std::vector<std::string> c);
     // A number key that also takes these words (data.batch_size: auto); read them with is_word() first.
     KeyBuilder& or_words(std::vector<std::string> w);
-    // A kString key naming a file: validate() makes a relative value absolute, against the directory of the
-    // config file that set it (a command-line value: against the working directory), so that the resolved
-    // config saved in a run or checkpoint still finds the file from anywhere.
-    KeyBuilder& file_path();
+    // A kString key naming a file or folder, to read or to write: validate() makes a relative value absolute by the
+    // one rule of config/paths.h (against the directory of the config file that set it; a command-line value, a
+    // default or the embedded demo's against the working directory), so that the resolved config saved in a run or
+    // a checkpoint still finds the file from anywhere. The origin keeps the value as written for the messages.
+    // `part`: where only part of some values names a file.
+    KeyBuilder& file_path(PathPart part = {});
 
     // Builds on `spec` (Schema::add's, or a config::Binding's key).
     explicit KeyBuilder(KeySpec& spec) : spec_(spec) {}
@@ -91,6 +100,8 @@ class Schema {
   const std::map<std::string, KeySpec>& keys() const { return keys_; }
 
  private:
+  void resolve_paths(Config& config) const;
+
   std::map<std::string, KeySpec> keys_;
   std::map<std::string, std::string> aliases_;
   std::map<std::string, std::string> common_names_;  // name -> key

@@ -19,7 +19,7 @@ const config::Binding<NetcdfOptions>& netcdf_binding() {
     b.key("lon_dim", &O::lon_dim, "longitude dimension name");
     b.key("level_dim", &O::level_dim, "vertical level dimension name");
     b.key("normalize", &O::normalize, "per-variable, per-level standardisation");
-    b.key("stats_cache", &O::stats_cache, "statistics cache file (empty: beside the data)");
+    b.key("stats_cache", &O::stats_cache, "statistics cache file (empty: beside the data)").file_path();
   });
 }
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "bellows/config/binding.h"  // defines: Binding
+#include "bellows/config/paths.h"    // defines: check_path_exists
 #include "bellows/data/npy.h"
 #include "bellows/data/npy_dataset.h"
 #include "bellows/data/source_registry.h"
@@ -18,6 +19,15 @@ const config::Binding<NpyReadOptions>& npy_binding() {
 }
 
 NpyReadOptions read_options(const SourceRequest& r) { return npy_binding().read(*r.config); }
+
+// The part of data.npy.y that names a file (config::PathPart): none beside an .npz data.path (y is an array there) or
+// for the default "y"; the file of file.npz:array; else all of it.
+std::size_t y_file_part(const config::Config& c, const std::string& y) {
+  const std::string data = c.has("data.path") ? c.node("data.path").Scalar() : "";
+  if (std::filesystem::path(data).extension() == ".npz" || y == "y") return 0;
+  const std::size_t npz = y.rfind(".npz:");
+  return npz == std::string::npos ? y.size() : npz + 4;
+}
 
 std::string npz_member(const std::filesystem::path& path, const std::string& name) {
   return path.extension() == ".npz" ? fmt::format("{}:{}", path.string(), name) : name;
@@ -43,7 +53,11 @@ std::map<std::string, std::string> arrays(const SourceRequest& r) {
                          fmt::format("data.npy.extra is set, but {} is a single .npy file", r.path.string()),
                          "put the arrays into one .npz file (np.savez), or leave data.npy.extra empty");
     out.emplace("x", r.path.string());
-    if (!y.empty() && y != "y") out.emplace("y", y);
+    if (!y.empty() && y != "y") {
+      config::check_path_exists(*r.config, "data.npy.y", y.substr(0, y_file_part(*r.config, y)), ErrorKind::kData,
+                                "give data.npy.y the targets' .npy file (or file.npz:array)");
+      out.emplace("y", y);
+    }
   }
   return out;
 }
@@ -56,7 +70,11 @@ SourceEntry npy_source() {
     using config::Type;
     auto node = [](auto v) { return YAML::Node(v); };
     s.add("data.npy.x", Type::kString, ".npz: input array name").default_value(node("x"));
-    s.add("data.npy.y", Type::kString, ".npz: target array name ('' for none); .npy: another file, or file.npz:array").default_value(node("y"));
+    // With a .npy data.path, y names a file (relative to the config file, as every path), an array's name otherwise.
+    s.add("data.npy.y", Type::kString,
+          ".npz: target array name ('' for none); .npy: another file, or file.npz:array (relative to the config file)")
+        .default_value(node("y"))
+        .file_path(y_file_part);
     s.add("data.npy.extra", Type::kStringList, ".npz: more arrays, batch tensors under their own names (a model's other inputs)")
         .default_value(YAML::Load("[]"));
     npy_binding().declare(s);

@@ -10,7 +10,8 @@
 namespace bellows::plan {
 namespace {
 
-constexpr double kGiB = double(std::int64_t{1} << 30);
+// A name of its own: the unit tests are a unity build, and checkpointing_test.cpp's kGiB is an integer.
+constexpr double kBytesPerGiB = double(std::int64_t{1} << 30);
 
 struct FakeStep {
   std::int64_t bytes_per_sample = 1000;
@@ -33,7 +34,7 @@ struct FakeStep {
 MicroBatchRequest request(std::int64_t loaded, double usable) {
   MicroBatchRequest r;
   r.loaded_batch = loaded;
-  r.memory_budget_gib = usable / 0.9 / kGiB;
+  r.memory_budget_gib = usable / 0.9 / kBytesPerGiB;
   return r;
 }
 

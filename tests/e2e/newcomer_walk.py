@@ -40,17 +40,18 @@ class WaveCnn(nn.Module):
 def write_files(work):
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
-    torch.jit.script(WaveCnn()).save(os.path.join(work, "models", "wave_cnn.pt"))
+    project = os.path.join(work, "project")  # the config beside its data and model; the walk runs from `work`
+    torch.jit.script(WaveCnn()).save(os.path.join(project, "models", "wave_cnn.pt"))
     x = rng.standard_normal((256, 3, 64)).astype(np.float32)
     y = rng.integers(0, 4, 256).astype(np.int64)
-    np.savez(os.path.join(work, "data", "waves.npz"), x=x, y=y)
-    np.savez(os.path.join(work, "data", "waves_val.npz"), x=x[:64], y=y[:64])
-    np.savez(os.path.join(work, "data", "waves_5ch.npz"), x=rng.standard_normal((64, 5, 64)).astype(np.float32), y=y[:64])
-    np.save(os.path.join(work, "data", "inputs_5ch.npy"), rng.standard_normal((16, 5, 64)).astype(np.float32))
+    np.savez(os.path.join(project, "data", "waves.npz"), x=x, y=y)
+    np.savez(os.path.join(project, "data", "waves_val.npz"), x=x[:64], y=y[:64])
+    np.savez(os.path.join(project, "data", "waves_5ch.npz"), x=rng.standard_normal((64, 5, 64)).astype(np.float32), y=y[:64])
+    np.save(os.path.join(project, "data", "inputs_5ch.npy"), rng.standard_normal((16, 5, 64)).astype(np.float32))
     images = rng.standard_normal((64, 3, 32, 32)).astype(np.float32)
-    np.savez(os.path.join(work, "data", "images.npz"), x=images, y=rng.integers(0, 4, 64).astype(np.int64))
-    # The config sits beside its data and model; its paths are relative to it (docs/training.md).
-    with open(os.path.join(work, "wave.yaml"), "w") as f:
+    np.savez(os.path.join(project, "data", "images.npz"), x=images, y=rng.integers(0, 4, 64).astype(np.int64))
+    # The config's paths are relative to it, the command line's to the working directory (docs/training.md).
+    with open(os.path.join(project, "wave.yaml"), "w") as f:
         f.write("name: wave\n"
                 "model:\n  name: torchscript\n  path: models/wave_cnn.pt\n  inputs: [signal=x]\n  task: classification\n"
                 "data:\n  source: npy\n  path: data/waves.npz\n  val_path: data/waves_val.npz\n  batch_size: 32\n"
@@ -63,29 +64,29 @@ def write_files(work):
         return False
     import timm
     import torchvision
-    torch.jit.script(torchvision.models.resnet18(num_classes=4)).save(os.path.join(work, "models", "resnet18.pt"))
+    torch.jit.script(torchvision.models.resnet18(num_classes=4)).save(os.path.join(project, "models", "resnet18.pt"))
     torch.jit.script(timm.create_model("mobilenetv3_small_050", num_classes=4, pretrained=False)).save(
-        os.path.join(work, "models", "mobilenetv3.pt"))
+        os.path.join(project, "models", "mobilenetv3.pt"))
     return True
 
 
 # (name, arguments, expected exit code, words the output must hold). Exit 0: success; else a named error.
 def steps(out):
-    wave = "wave.yaml output_dir=" + out
-    images = ("model.name=torchscript model.task=classification data.source=npy data.path=data/images.npz "
+    wave = "project/wave.yaml output_dir=" + out
+    images = ("model.name=torchscript model.task=classification data.source=npy data.path=project/data/images.npz "
               "data.batch_size=16 train.max_steps=2 threads=1 output_dir=" + out)
     return [
         ("help shows how to call it", "train --help", 0, ["[CONFIG.yaml] [key=value ...]", "torchscript", "config keys"]),
-        ("own 1-D CNN trains; paths relative to the config", "train " + wave + " name=first", 0,
+        ("own 1-D CNN trains; the config's paths relative to the config", "train " + wave + " name=first", 0,
          ["run finished", "optimizer steps", "12"]),
         ("max_steps without epochs trains to max_steps", "train " + wave + " name=long train.max_steps=20", 0,
          ["train.max_steps 20 ends the run", "optimizer steps"]),
         ("the FLOPs of a Conv1d model are counted", "train " + wave + " name=flops train.max_steps=3", 0, ["model FLOPs"]),
         ("resuming the finished run says it is complete", "train " + wave + " name=first resume=auto", 0,
          ["already complete", "final train loss"]),
-        ("validation data of 5 channels: named before training", "train " + wave + " name=val5 data.val_path=data/waves_5ch.npz", 3,
+        ("validation data of 5 channels: named before training", "train " + wave + " name=val5 data.val_path=project/data/waves_5ch.npz", 3,
          ["the validation data", "does not fit the model", "5, 64]", "model source"]),
-        ("prediction inputs of 5 channels: named", "predict " + os.path.join(out, "first") + " --input data/inputs_5ch.npy --output p.npy", 3,
+        ("prediction inputs of 5 channels: named", "predict " + os.path.join(out, "first") + " --input project/data/inputs_5ch.npy --output p.npy", 3,
          ["does not fit the model", "[16, 5, 64]"]),
         ("class labels under the default task (regression)", "train " + wave + " name=reg model.task=regression", 2,
          ["model.task is regression", "set model.task: classification"]),
@@ -93,8 +94,8 @@ def steps(out):
         ("another tool's key name gets a suggestion", "train " + wave + " optim.learning_rate=0.01", 2, ["did you mean 'optim.lr'"]),
         ("another tool's key name gets a suggestion", "train " + wave + " max_epochs=3", 2, ["did you mean 'train.epochs'"]),
         ("the demo with another model", "train model.name=transformer train.max_steps=2 threads=1 output_dir=" + out, 0, ["run finished"]),
-        ("torchvision's ResNet-18, scripted", "train " + images + " model.path=models/resnet18.pt name=tv", 0, ["run finished"]),
-        ("timm's MobileNetV3, scripted", "train " + images + " model.path=models/mobilenetv3.pt name=timm", 0, ["run finished"]),
+        ("torchvision's ResNet-18, scripted", "train " + images + " model.path=project/models/resnet18.pt name=tv", 0, ["run finished"]),
+        ("timm's MobileNetV3, scripted", "train " + images + " model.path=project/models/mobilenetv3.pt name=timm", 0, ["run finished"]),
     ]
 
 
@@ -106,7 +107,7 @@ def main():
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     for d in ("models", "data"):
-        os.makedirs(os.path.join(a.work, d))
+        os.makedirs(os.path.join(a.work, "project", d))
     have_vision = write_files(a.work)
     out = os.path.join(a.work, "runs")
     failures = 0

@@ -57,6 +57,10 @@ def write_files(work):
                 "data:\n  source: npy\n  path: data/waves.npz\n  val_path: data/waves_val.npz\n  batch_size: 32\n"
                 "train:\n  max_steps: 12\n  eval_every_n_steps: 6\n"
                 "threads: 1\n")
+    with open(os.path.join(project, "images.yaml"), "w") as f:
+        f.write("model:\n  name: torchscript\n  task: classification\n"
+                "data:\n  source: npy\n  path: data/images.npz\n  batch_size: 16\n"
+                "threads: 1\n")
     try:
         import torchvision  # noqa: F401
         import timm  # noqa: F401
@@ -73,8 +77,7 @@ def write_files(work):
 # (name, arguments, expected exit code, words the output must hold). Exit 0: success; else a named error.
 def steps(out):
     wave = "project/wave.yaml output_dir=" + out
-    images = ("model.name=torchscript model.task=classification data.source=npy data.path=project/data/images.npz "
-              "data.batch_size=16 train.max_steps=2 threads=1 output_dir=" + out)
+    images = "project/images.yaml train.max_steps=2 output_dir=" + out
     return [
         ("help shows how to call it", "train --help", 0, ["[CONFIG.yaml] [key=value ...]", "torchscript", "config keys"]),
         ("own 1-D CNN trains; the config's paths relative to the config", "train " + wave + " name=first", 0,

@@ -1,38 +1,33 @@
 // The run config's schema and loading; see schema.h.
 #include "bellows/app/schema.h"
 
+#include <fmt/format.h>
+
 #include "bellows/app/data_setup.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/app/tuned_plan.h"
-#include "bellows/hw/hardware_info.h"
 #include "bellows/data/build.h"
 #include "bellows/dist/registry.h"
-#include "bellows/obs/sink_registry.h"
+#include "bellows/hw/hardware_info.h"
 #include "bellows/models/registry.h"
+#include "bellows/obs/sink_registry.h"
 #include "bellows/precision/precision.h"
+#include "bellows/util/check.h"
 
 namespace bellows::app {
 namespace fs = std::filesystem;
 using config::Type;
 
-const char* const kDemoConfig = R"(# bellows' embedded default: an MLP learns a synthetic regression task
-# (a fixed random teacher network plus noise); a few seconds on 2 cores.
+namespace {
+
+// The embedded demo's part that every model shares; the model's own part (models::ModelDemo: its data: and model:
+// blocks) completes it. Changing it changes the numbers README.md shows for the default demo (the MLP's).
+const char* const kDemoCommon = R"(# bellows' embedded demo: a model learns data made by a fixed random teacher; a few
+# seconds on 2 cores. The data and model keys are those of the model's demo (models::ModelDemo; default: the MLP).
 name: demo
 seed: 0
-data:
-  source: synthetic
-  kind: regression
-  samples: 65536
-  features: 64
-  batch_size: 256
-  val_fraction: 0.1
-model:
-  name: mlp
-  in_features: 64
-  hidden: [256, 256]
-  out_features: 1
 train:
   epochs: 3
   log_every_n_steps: 50
@@ -44,6 +39,50 @@ schedule:
   type: cosine
   warmup_steps: 50
 )";
+
+constexpr const char* kDemoModel = "mlp";  // the default demo's, and model.name's default
+
+// The model a command line names (model.name=NAME, or a model map), for the demo without a config file: the
+// default demo's without one. Read from the arguments alone, so that none of the MLP's keys reach another model.
+std::string demo_model_argument(std::vector<std::string> args) {
+  take_profile_argument(args);
+  take_plan_argument(args);
+  config::Config given;
+  given.apply_arguments(args, run_schema(kDemoModel).aliases());
+  const YAML::Node name = given.node("model.name");
+  return name.IsDefined() && name.IsScalar() ? name.as<std::string>() : kDemoModel;
+}
+
+}  // namespace
+
+config::Config demo_config(const std::string& model_name, const config::ProfileResolver& profiles) {
+  const models::ModelEntry& entry = models::find_model(model_name);  // an unknown name fails here, naming the closest
+  BELLOWS_CHECK_CONFIG(
+      !entry.demo.yaml.empty(), fmt::format("model {} has no embedded demo, and no config file was given", entry.name),
+      fmt::format("give a config file with the model's data: bellows train run.yaml (bellows config keys --model {} "
+                  "lists its keys)",
+                  entry.name));
+  config::Config c = config::Config::parse(kDemoCommon, kDemoName, profiles);
+  const config::Config part = config::Config::parse(entry.demo.yaml, fmt::format("<embedded demo of {}>", entry.name));
+  if (!part.has("data")) {  // the MLP demo's table (a scripted model's inputs are unknown until it is given data)
+    config::Config table = config::Config::parse(models::find_model(kDemoModel).demo.yaml,
+                                                 fmt::format("<embedded demo of {}>", kDemoModel));
+    table.erase("model");
+    c.merge(table);
+  }
+  c.merge(part);
+  if (entry.name != kDemoModel) {  // a run directory of its own beside the default demo's
+    c.set("name", YAML::Node("demo-" + entry.name),
+          config::Origin::noted(fmt::format("the embedded demo of model {}", entry.name)));
+  }
+  const YAML::Node kind = c.node("data.kind");  // what the synthetic source makes; another source by its name
+  c.add_plan_note(
+      {"demo", kind.IsScalar() ? kind.as<std::string>() : c.node("data.source").as<std::string>(""),
+       fmt::format("no config file: the embedded demo of model {} trains on {}; model widths and class counts it does "
+                   "not set are the data's",
+                   entry.name, entry.demo.data)});
+  return c;
+}
 
 namespace {
 
@@ -236,9 +275,10 @@ config::Config resolve_with_profile(const std::function<config::Config(const con
 }  // namespace
 
 config::Config resolve_config(const std::optional<fs::path>& file, const std::vector<std::string>& args) {
+  const std::string demo_model = file ? std::string() : demo_model_argument(args);
   return resolve_with_profile(
       [&](const config::ProfileResolver& profiles) {
-        return file ? config::Config::load(*file, profiles) : config::Config::parse(kDemoConfig, "<embedded demo>", profiles);
+        return file ? config::Config::load(*file, profiles) : demo_config(demo_model, profiles);
       },
       args);
 }

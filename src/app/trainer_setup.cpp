@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "bellows/app/schema.h"        // defines: kDemoName
 #include "bellows/config/binding.h"    // defines: Binding
 #include "bellows/train/graph_step.h"  // defines: step_graph_conditions
 #include "bellows/util/check.h"
@@ -177,7 +178,8 @@ train::TrainerOptions trainer_options(const config::Config& c, const plan::Plan&
   train::TrainerOptions o = trainer_binding().read(c);
   // train.max_steps without train.epochs trains to max_steps (Lightning's rule), not to the end of the default epoch.
   // The embedded demo's epochs are no choice of the user's either.
-  if (o.max_steps > 0 && (c.is_schema_default("train.epochs") || c.origin("train.epochs").file == "<embedded demo>")) o.epochs = 0;
+  if (o.max_steps > 0 && (c.is_schema_default("train.epochs") || c.origin("train.epochs").file == kDemoName))
+    o.epochs = 0;
   o.device = p.device;
   o.precision = p.precision;
   o.channels_last = p.channels_last;

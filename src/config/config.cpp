@@ -301,6 +301,7 @@ void Config::compose_profile_below(const Config& profile, ProfileChoice choice) 
   Config composed = profile;
   composed.merge(*this);  // this config's keys over the profile's; its sources after the profile's
   composed.name_ = name_;
+  composed.plan_notes_ = plan_notes_;  // how this config was composed (the embedded demo's model) still holds
   composed.profile_ = std::move(choice);
   *this = std::move(composed);
 }

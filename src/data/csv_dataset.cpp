@@ -17,7 +17,7 @@ std::shared_ptr<Dataset> make_csv_dataset(const CsvOptions& options) {
   auto lines = std::make_shared<const std::vector<std::int64_t>>(std::move(table.lines));
   TensorDatasetOptions dataset_options;
   dataset_options.name = fmt::format("csv {} ({} rows, {} features)", path, rows, table.feature_names.size());
-  dataset_options.categories = std::move(table.categories);
+  dataset_options.facts.categories = std::move(table.categories);
   dataset_options.describe = [path, lines](std::int64_t index) {
     if (index < 0 || index >= static_cast<std::int64_t>(lines->size())) return fmt::format("{} row {}", path, index);
     return fmt::format("{} line {}", path, (*lines)[index]);

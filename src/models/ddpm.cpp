@@ -260,6 +260,20 @@ ModelEntry ddpm_entry() {
   ModelEntry e;
   e.name = "ddpm";
   e.help = "conditional denoising diffusion model: context vectors -> generated vectors (W5, seed 002)";
+  // The model's defaults (7 context values -> 256 generated) are fast; the data is made to their widths.
+  e.demo.yaml = R"(data:
+  source: synthetic
+  kind: regression
+  samples: 4096
+  features: 7
+  targets: 256
+  batch_size: 256
+  val_fraction: 0.1
+model:
+  name: ddpm
+)";
+  e.demo.data =
+      "a synthetic regression table (7 context values -> 256 values of a random teacher network, 4096 samples)";
   e.add_keys = [](config::Schema& s) { ddpm_binding().declare(s); };
   e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
     const DdpmOptions o = ddpm_binding().read(c);

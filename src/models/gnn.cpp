@@ -359,6 +359,22 @@ ModelEntry gnn_entry() {
   ModelEntry e;
   e.name = "gnn";
   e.help = "encode-process-decode graph network on a regional lat/lon grid and mesh (W6); task: regression";
+  // Narrow latents and two processor layers; the grid and the channels are the data's (its grid facts).
+  e.demo.yaml = R"(data:
+  source: synthetic
+  kind: grid
+  samples: 512
+  channels: 3
+  side: 16
+  batch_size: 16
+  val_fraction: 0.1
+model:
+  name: gnn
+  latent_size: 32
+  num_gnn_layers: 2
+)";
+  e.demo.data =
+      "a synthetic grid (3 fields on 16 x 16 points of a 10 x 10 degree region, predicted one step on; 512 samples)";
   e.add_keys = [](config::Schema& s) {
     gnn_binding().declare(s);
     s.add("model.residual", config::Type::kBool, "predict the change of each target channel from the input channel of the same name")

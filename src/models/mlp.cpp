@@ -80,6 +80,22 @@ ModelEntry mlp_entry() {
   ModelEntry e;
   e.name = "mlp";
   e.help = "multi-layer perceptron over feature vectors (W1); task: regression or classification";
+  // The default demo (`bellows train` alone): README.md's numbers are this run's.
+  e.demo.yaml = R"(data:
+  source: synthetic
+  kind: regression
+  samples: 65536
+  features: 64
+  batch_size: 256
+  val_fraction: 0.1
+model:
+  name: mlp
+  in_features: 64
+  hidden: [256, 256]
+  out_features: 1
+)";
+  e.demo.data =
+      "a synthetic regression table (64 features -> 1 target of a random teacher network plus noise, 65536 samples)";
   e.add_keys = [](config::Schema& s) {
     mlp_binding().declare(s);
     s.add("model.task", config::Type::kString, "training objective")

@@ -266,6 +266,22 @@ ModelEntry resnet_entry() {
   e.name = "resnet";
   e.convolutional = true;
   e.help = "ResNet-18/34 image classifier, torchvision-compatible names (W4); task: classification";
+  // A quarter of the channels and the small stem on 16 x 16 images: seconds on two cores; the classes are the data's.
+  e.demo.yaml = R"(data:
+  source: synthetic
+  kind: images
+  samples: 1024
+  channels: 3
+  side: 16
+  classes: 10
+  batch_size: 64
+  val_fraction: 0.1
+model:
+  name: resnet
+  width: 0.25
+  stem: small
+)";
+  e.demo.data = "synthetic images (3 x 16 x 16, 10 classes of smooth templates under noise, 1024 samples)";
   e.add_keys = [](config::Schema& s) {
     resnet_binding().declare(s);
     declare_class_count(s, "the training data's class count");

@@ -57,6 +57,21 @@ std::shared_ptr<Task> make_sequence_task(SequenceForward forward, const std::str
   return std::make_shared<SequenceTask>(std::move(forward), task == "classification");
 }
 
+ModelDemo sequence_demo(const std::string& model_block) {
+  // No model.in_features: the run takes it from the data.
+  const std::string data = R"(data:
+  source: synthetic
+  kind: sequences
+  samples: 2048
+  steps: 16
+  features: 8
+  batch_size: 64
+  val_fraction: 0.1
+)";
+  return ModelDemo{data + model_block,
+                   "synthetic sequences (16 steps x 8 features -> 1 regression target, 2048 samples)"};
+}
+
 at::Tensor pool_steps(const at::Tensor& h, const at::Tensor& lengths, const std::string& pooling) {
   BELLOWS_CHECK(h.dim() == 3, fmt::format("pooling steps of a tensor of shape {}; expected [B, T, C]", shape_of(h)),
                 "report this bug");
@@ -220,6 +235,8 @@ ModelEntry rnn_entry(const std::string& cell) {
       "{} over sequence windows [T, F] (W2), pooled (last or mean) into a linear head; task: regression or "
       "classification",
       cell == "lstm" ? "multi-layer LSTM" : "multi-layer GRU");
+  // The model's defaults (two layers of 128) are fast enough.
+  e.demo = sequence_demo(fmt::format("model:\n  name: {}\n", cell));
   e.add_keys = [](config::Schema& s) {
     rnn_binding().declare(s);
     add_sequence_task_key(s);

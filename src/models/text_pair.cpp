@@ -216,6 +216,26 @@ ModelEntry text_pair_entry() {
   ModelEntry e;
   e.name = "text_pair";
   e.help = "sentence-pair classifier: token + segment embeddings, Transformer encoder, [CLS]/mean pooling, linear head (W7)";
+  // Two narrow layers; the vocabulary, the classes and the length are the data's (its text facts).
+  e.demo.yaml = R"(data:
+  source: synthetic
+  kind: pairs
+  samples: 4096
+  steps: 8
+  vocab_size: 32
+  classes: 3
+  batch_size: 64
+  val_fraction: 0.1
+model:
+  name: text_pair
+  d_model: 64
+  heads: 4
+  layers: 2
+  ff: 128
+)";
+  e.demo.data =
+      "synthetic token pairs (two sentences of 8 words from 32 ids; 3 classes: how the second's group of words "
+      "follows the first's; 4096 samples)";
   e.add_keys = [](config::Schema& s) {
     using config::Type;
     auto node = [](auto v) { return YAML::Node(v); };

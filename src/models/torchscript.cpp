@@ -230,6 +230,12 @@ ModelEntry torchscript_entry() {
   ModelEntry e;
   e.name = "torchscript";
   e.help = "your own PyTorch model, saved with torch.jit.script/trace; task: regression, classification, or the module's loss";
+  // No data: block, so the MLP demo's table: the demo cannot know a scripted model's inputs. model.path is the
+  // command line's.
+  e.demo.yaml = "model:\n  name: torchscript\n";
+  e.demo.data =
+      "the MLP demo's synthetic regression table (x of 64 features -> y of 1 target; the demo cannot know a "
+      "scripted model's inputs: a model taking x [B, 64] trains as it is, a config file gives another its data)";
   e.add_keys = add_keys;
   // 2-D convolutions: a 4-D parameter (Conv2d weights); channels_last (a layout of 4-D tensors) and cuDNN's search
   // are then worth trying. A Conv1d's 3-D weights have no channels_last layout.

@@ -274,6 +274,8 @@ ModelEntry transformer_entry() {
   ModelEntry e;
   e.name = "transformer";
   e.help = "pre-LN Transformer encoder over sequence windows [T, F] (W3); task: regression or classification";
+  // Two narrow layers: seconds on two cores.
+  e.demo = sequence_demo("model:\n  name: transformer\n  d_model: 64\n  heads: 4\n  layers: 2\n  ff: 128\n");
   e.add_keys = [](config::Schema& s) {
     transformer_binding().declare(s);
     add_sequence_task_key(s);

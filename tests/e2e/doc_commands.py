@@ -32,6 +32,8 @@ COMMANDS = [
     ("README.md", "`bellows predict PATH --input FILE.npy\\|FILE.npz[:array] --output OUT.npy`",
      ["predict", "runs/demo", "--input", "x.npy", "--output", "out.npy"], 0, None),
     ("README.md", "`bellows config keys [--model NAME]`", ["config", "keys", "--model", "lstm"], 0, "model.in_features (int)"),
+    ("docs/models.md", "bellows train model.name=transformer",
+     ["train", "model.name=transformer", "train.max_steps=2", "--output-dir", "runs"], 0, "the embedded demo of model transformer"),
 ]
 
 

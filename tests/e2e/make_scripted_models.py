@@ -1,5 +1,6 @@
 """Writes the TorchScript files (and the files that only look like one) of the bad-input catalogue's
-model.name: torchscript rows (bad_input_model_rows.cpp):  make_scripted_models.py DIR"""
+model.name: torchscript rows (bad_input_model_rows.cpp), and demo.pt, a model of the embedded demo's table
+(64 features -> 1, demo_cli_test.cpp):  make_scripted_models.py DIR"""
 import os
 import sys
 
@@ -46,6 +47,7 @@ def main():
     torch.save(good.state_dict(), os.path.join(out, "state_dict.pt"))
     save_file({k: v.contiguous() for k, v in good.state_dict().items()}, os.path.join(out, "weights.safetensors"))
     save_file({"encoder.weight": torch.zeros(8, 4)}, os.path.join(out, "other_names.safetensors"))
+    torch.jit.script(Mlp(64)).save(os.path.join(out, "demo.pt"))  # last: the others' weights stay as they were
     with open(os.path.join(out, "good.pt"), "rb") as f:
         data = f.read()
     with open(os.path.join(out, "truncated.pt"), "wb") as f:

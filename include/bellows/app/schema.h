@@ -12,15 +12,20 @@
 
 namespace bellows::app {
 
-// The embedded default: a small MLP on synthetic regression data, under a minute on 2 cores.
-extern const char* const kDemoConfig;
+// The embedded demo, the config of a run without a config file: its common part (name, seed, train, optim,
+// schedule; the origin of its keys is kDemoName) and the part of the model `model_name` (models::ModelDemo: data the
+// synthetic source makes for it and the model's sizes), with a plan note saying so. The default demo is the MLP's on
+// a synthetic regression table. kConfig error for a model without a demo.
+inline constexpr const char* kDemoName = "<embedded demo>";
+config::Config demo_config(const std::string& model_name, const config::ProfileResolver& profiles = {});
 
 // All keys of a run config, with the keys of model `model_name` and the command-line aliases.
 config::Schema run_schema(const std::string& model_name);
 
-// Loads `file` (or the demo when absent), applies `args` ("key=value" and alias flags), validates. `args` may also
-// hold `hardware_profile=NAME`/`--hardware-profile NAME` (app/profiles.h) and `--plan FILE|auto` (a tuned plan's
-// settings between the files' keys and the command line's: app/tune.h).
+// Loads `file` (or, when absent, the demo of the model that `args` name with model.name), applies `args` ("key=value"
+// and alias flags), validates. `args` may also hold `hardware_profile=NAME`/`--hardware-profile NAME`
+// (app/profiles.h) and `--plan FILE|auto` (a tuned plan's settings between the files' keys and the command line's:
+// app/tune.h).
 config::Config resolve_config(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& args);
 
 // The same for a config given as YAML text (the C API's bellows_create_from_string); `name` stands for the

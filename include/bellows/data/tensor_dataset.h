@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "bellows/data/dataset.h"   // defines: Dataset
+#include "bellows/data/dataset.h"   // defines: Dataset, DataFacts
 #include "bellows/data/resident.h"  // defines: ResidentData, PlacementCache
 
 namespace bellows::data {
@@ -18,8 +18,9 @@ struct TensorDatasetOptions {
   std::string name = "tensors";                             // for name(): "csv data/train.csv (...)"
   std::function<std::string(std::int64_t)> describe;        // empty: "sample <index>"
   std::optional<at::ScalarType> float_dtype;                 // cast floating tensors per batch (float64 -> float32)
-  // Categorical columns of the table the tensors came from: column -> its values by index (CsvTable::categories).
-  std::map<std::string, std::vector<std::string>> categories;
+  // What the source knows beyond the tensors, for the models: a CSV table's categorical columns (column -> its
+  // values by index, CsvTable::categories), a synthetic grid's coordinates, synthetic pairs' vocabulary.
+  DataFacts facts;
 };
 
 class TensorDataset final : public Dataset {
@@ -37,7 +38,7 @@ class TensorDataset final : public Dataset {
   std::shared_ptr<const ResidentData> place(c10::Device device) const override;
 
   const std::map<std::string, at::Tensor>& tensors() const { return tensors_; }
-  const std::map<std::string, std::vector<std::string>>& categories() const { return options_.categories; }
+  const DataFacts& facts() const { return options_.facts; }
 
  private:
   std::map<std::string, at::Tensor> tensors_;

@@ -50,9 +50,22 @@ struct BuiltModel {
   std::vector<ModelPlanRow> plan_rows = {};
 };
 
+// What the embedded demo trains a model on when the command line names it and gives no config file
+// (`bellows train model.name=transformer`, app/schema.h): data the synthetic source makes for it, small enough for
+// seconds on two cores, and the model at its defaults but for the sizes that keep it that fast.
+struct ModelDemo {
+  // YAML over the demo's common part (name, seed, train, optim, schedule): its model: block replaces the MLP's and
+  // its data: block, where it has one, the MLP demo's regression table. Widths and class counts it leaves out are
+  // the data's (the models take them from the data). Empty: the model has no demo.
+  std::string yaml;
+  // The data in words, for the run's plan: "synthetic sequences: 16 steps x 8 features -> 1 regression target".
+  std::string data;
+};
+
 struct ModelEntry {
   std::string name;
   std::string help;
+  ModelDemo demo;  // every built-in model has one (tests/e2e/demo_cli_test.cpp trains each)
   std::function<void(config::Schema&)> add_keys;                                 // declares model.* keys
   std::function<BuiltModel(const config::Config&, const ModelContext&)> build;  // reads validated model.* keys
   // Optional: the data's samples against the model's keys, without building the model (kConfig/kData errors

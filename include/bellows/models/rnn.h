@@ -19,7 +19,7 @@
 
 #include "bellows/config/binding.h"   // defines: Binding
 #include "bellows/config/schema.h"    // defines: Schema, Config
-#include "bellows/models/registry.h"  // defines: ModelContext
+#include "bellows/models/registry.h"  // defines: ModelContext, ModelDemo
 #include "bellows/models/task.h"      // defines: Task
 
 namespace bellows::models {
@@ -76,6 +76,11 @@ void bind_sequence_out_features(config::Binding<Options>& binding) {
   binding.key("out_features", &Options::out_features, "outputs (regression: horizon x target columns; classification: classes)").min(1);
 }
 void add_sequence_task_key(config::Schema& schema);
+
+// The embedded demo of a sequence model (ModelEntry::demo): synthetic sequences of 16 steps x 8 features -> 1
+// regression target, 2048 samples in batches of 64 (model.in_features is the data's), with `model_block`, the YAML of
+// the model: block (its name and sizes).
+ModelDemo sequence_demo(const std::string& model_block);
 
 // Pools [B, T, C] over steps to [B, C]: "last" (step lengths-1) or "mean" (over the first `lengths` steps,
 // masked, so padded values never matter). Undefined lengths: all T steps are valid; lengths clamp to [1, T].

@@ -49,7 +49,7 @@ SourceEntry csv_source() {
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_csv_dataset(csv_options(r)); };
   e.facts = [](const Dataset& d) {  // the categorical columns' value tables (written to the run directory)
     DataFacts f;
-    if (const auto* table = dynamic_cast<const TensorDataset*>(&d)) f.categories = table->categories();
+    if (const auto* table = dynamic_cast<const TensorDataset*>(&d)) f.categories = table->facts().categories;
     return f;
   };
   e.read_series = [](const SourceRequest& r) {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <unordered_set>
 
@@ -260,6 +261,30 @@ void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const
 }
 
 // resume: auto (the newest valid checkpoint of the run directory, if any; the ones skipped are reported) or a path.
+// What only the built model can tell, before the trainer exists (a run with data): every dataset the run feeds it
+// takes one evaluation step, so a misfit is named before the first training step, not at the first evaluation; and
+// precision: auto's reduced precision on a CPU is kept only where a trial measured it faster for this model.
+void trial_steps_of_the_model(const config::Config& c, AssembledRun& a, int world_size) {
+  const data::DataSplits& splits = a.loaders->splits;
+  const std::string val_path = config::get_string(c, "data.val_path");
+  trial_evaluation(*a.model.module, *a.model.task,
+                   {{splits.train.get(), fmt::format("the training data ({})", splits.train->name()), ErrorKind::kConfig},
+                    {splits.val.get(),
+                     splits.val == nullptr ? std::string()
+                     : val_path.empty()    ? fmt::format("the validation split ({})", splits.val->name())
+                                           : fmt::format("the validation data (data.val_path {}: {})", c.origin("data.val_path").str(), val_path),
+                     ErrorKind::kData}});
+  if (config::get_string(c, "precision") != "auto" || !a.plan.device.is_cpu() || a.plan.precision == "fp32" || world_size != 1 ||
+      splits.train->size() == 0) {
+    return;
+  }
+  const std::int64_t samples = config::is_word(c, "data.batch_size", "auto") ? 32 : loaded_batch_size(c);
+  const PrecisionTrial trial = measure_precision_trial(*a.model.module, *a.model.task, probe_batch(*splits.train, samples), a.plan.precision);
+  const auto rule = std::find_if(a.plan.entries.begin(), a.plan.entries.end(), [](const plan::PlanEntry& e) { return e.key == "precision"; });
+  const auto [precision, reason] = precision_from_trial(trial, rule == a.plan.entries.end() ? std::string() : rule->reason);
+  a.plan.revise({"precision", precision, reason});
+}
+
 std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::path& dir, Trainer& trainer, const std::string& otherwise) {
   const std::string resume = config::get_string(c, "resume");
   if (resume.empty()) return std::nullopt;
@@ -396,30 +421,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
     notes.push_back(import_note(w, import_weights(*a.model.module, w)));
   }
   if (o.online) plan_without_data(c, *a.model.module, notes);
-  if (!o.online) {
-    // Every dataset the run feeds the model, one evaluation step each, before the first training step: a misfit
-    // is named now, not after the steps before the first evaluation.
-    const data::DataSplits& splits = a.loaders->splits;
-    const std::string val_path = config::get_string(c, "data.val_path");
-    trial_evaluation(*a.model.module, *a.model.task,
-                     {{splits.train.get(), fmt::format("the training data ({})", splits.train->name()), ErrorKind::kConfig},
-                      {splits.val.get(),
-                       splits.val == nullptr ? std::string()
-                       : val_path.empty()    ? fmt::format("the validation split ({})", splits.val->name())
-                                             : fmt::format("the validation data (data.val_path {}: {})", c.origin("data.val_path").str(), val_path),
-                       ErrorKind::kData}});
-    // precision: auto's reduced precision on a CPU, kept only where a trial measured it faster for this model.
-    if (config::get_string(c, "precision") == "auto" && a.plan.device.is_cpu() && a.plan.precision != "fp32" && ranks->world_size() == 1 &&
-        splits.train->size() > 0) {
-      const std::int64_t samples = config::is_word(c, "data.batch_size", "auto") ? 32 : loaded_batch_size(c);
-      const PrecisionTrial trial = measure_precision_trial(*a.model.module, *a.model.task, probe_batch(*splits.train, samples), a.plan.precision);
-      for (plan::PlanEntry& e : a.plan.entries) {
-        if (e.key != "precision") continue;
-        std::tie(a.plan.precision, e.reason) = precision_from_trial(trial, e.reason);
-        e.value = a.plan.precision;
-      }
-    }
-  }
+  if (!o.online) trial_steps_of_the_model(c, a, ranks->world_size());
 
   // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---
   a.run_dir = broadcast_text(*ranks, ranks->is_main() ? make_run_dir(c).string() : std::string());

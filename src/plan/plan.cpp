@@ -267,6 +267,7 @@ void Plan::revise(const PlanEntry& row) {
   else *it = row;
   if (row.key == "workers") workers = std::stoi(row.value);
   if (row.key == "on_device") on_device = row.value;
+  if (row.key == "precision") precision = row.value;
 }
 
 void Plan::revise(const std::vector<PlanEntry>& rows) {

@@ -55,8 +55,8 @@ struct Plan {
   std::vector<PlanEntry> entries;  // one per setting, in the order above
 
   std::string to_json(int indent = 2) const;
-  // A row decided later (by the data, the model): it replaces the row of its key, or is added; a revised "workers"
-  // row sets `workers` too.
+  // A row decided later (by the data, the model): it replaces the row of its key, or is added; a revised "workers",
+  // "on_device" or "precision" row sets that field too.
   void revise(const PlanEntry& row);
   void revise(const std::vector<PlanEntry>& rows);
 };

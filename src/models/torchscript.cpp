@@ -18,6 +18,7 @@
 #include "bellows/models/scripted.h"
 #include "bellows/models/tasks.h"
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"  // defines: describe_libtorch_error
 #include "bellows/util/format.h"  // defines: shape_of
 
 namespace bellows::models {
@@ -163,12 +164,10 @@ at::Tensor trial_forward(ScriptedModule& m, const ScriptedOptions& o, const data
     throw;  // bellows' own (a missing batch tensor)
   } catch (const std::exception& e) {  // c10::Error, or the interpreter's torch::jit::JITException
     m.train(true);
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
-    // The interpreter's message ends with the Python line that failed; keep it, drop the C++ traceback.
+    // The interpreter's error line and the model's source line that raised it, as every LibTorch error is reported.
     BELLOWS_FAIL(ErrorKind::kConfig,
-                 fmt::format("model.path {}: {} failed on the data's first sample ({}):\n{}", m.file().string(), m.signature("forward"),
-                             shapes_of(one, o.inputs), what.size() > 2000 ? what.substr(what.size() - 2000) : what),
+                 fmt::format("model.path {}: {} failed on the data's first sample ({}): {}", m.file().string(), m.signature("forward"),
+                             shapes_of(one, o.inputs), describe_libtorch_error(e)),
                  "make model.inputs give forward() the batch tensors it expects, in its dtypes and shapes");
   }
   m.train(true);

@@ -432,6 +432,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   t.stop_flag = o.stop_flag;
   t.strategy = a.strategy;
   t.checkpoint = checkpoint_options(c, a.run_dir);
+  a.plan.revise(checkpoint_layout_entry(c, dist::find_strategy(a.strategy->name()), t.checkpoint));
   if (o.online) {
     t.sessions = true;
     if (t.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one
@@ -467,6 +468,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
       a.trainer.reset();
       redescribe_strategy(a.plan, a.strategy_described, chosen->describe());
       a.strategy = t.strategy = chosen;
+      a.plan.revise(checkpoint_layout_entry(c, dist::find_strategy(chosen->name()), t.checkpoint));
       ranks = a.strategy.get();
       a.strategy_described = chosen->describe();
       t.checkpoint_info["plan"] = nlohmann::json::parse(a.plan.to_json());  // the checkpoints' manifests name the choice

@@ -128,6 +128,12 @@ const Binding<train::CheckpointOptions>& checkpoint_binding() {
     b.key("keep_last", &C::keep_last, "checkpoints kept (0: all)").min(0);
     b.key("keep_best", &C::keep_best, "also keep the one with the best monitored metric");
     b.key("at_end", &C::at_end, "write one when the run finishes");
+    b.custom("layout", Type::kString,
+             "whole: rank 0 writes every tensor; sharded: every rank writes what it holds, rank 0 a manifest of the parts; "
+             "auto: sharded under zero1, zero2 and fsdp (the strategy's), whole otherwise",
+             [](const config::Config&, const std::string&, C&) {})  // read by checkpoint_layout_entry: needs the strategy
+        .choices({"auto", "whole", "sharded"})
+        .default_value(YAML::Node("auto"));
   });
 }
 
@@ -248,6 +254,20 @@ train::CheckpointOptions checkpoint_options(const config::Config& c, const std::
   train::CheckpointOptions co = checkpoint_binding().read(c);
   co.dir = dir / "checkpoints";
   return co;
+}
+
+plan::PlanEntry checkpoint_layout_entry(const config::Config& c, const dist::StrategyEntry& strategy, train::CheckpointOptions& co) {
+  const std::string asked = config::get_string(c, "checkpoint.layout");
+  const std::string layout = asked == "auto" ? strategy.checkpoint_layout : asked;
+  co.layout = layout == "sharded" ? train::CheckpointOptions::Layout::kSharded : train::CheckpointOptions::Layout::kWhole;
+  std::string why;
+  if (!config::get_bool(c, "checkpoint.enabled")) why = "checkpoint.enabled: false; a checkpoint asked for is written so";
+  else if (asked != "auto") why = fmt::format("checkpoint.layout ({})", c.origin("checkpoint.layout").str());
+  else if (layout == "sharded") why = fmt::format("auto: under {} each rank holds a share of the training state and writes it; rank 0 writes "
+                                                  "the manifest", strategy.name);
+  else if (!strategy.several_processes) why = "auto: one process holds every tensor and writes them";
+  else why = fmt::format("auto: under {} every rank holds every tensor; rank 0 writes them", strategy.name);
+  return {"checkpoint_layout", layout, why};
 }
 
 obs::ProfileOptions profile_options(const config::Config& c, const std::filesystem::path& dir) {

@@ -8,6 +8,7 @@
 
 #include "bellows/config/config.h"    // defines: Config
 #include "bellows/config/schema.h"    // defines: Schema
+#include "bellows/dist/registry.h"    // defines: StrategyEntry
 #include "bellows/models/dropout.h"   // defines: DropoutMasks
 #include "bellows/plan/plan.h"        // defines: Plan
 #include "bellows/train/trainer.h"    // defines: TrainerOptions
@@ -35,6 +36,9 @@ plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOpti
 
 // The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
 train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
+// checkpoint.layout resolved for the run's strategy (auto: the entry's StrategyEntry::checkpoint_layout) into
+// `options`, and its plan row "checkpoint_layout". Call once the strategy is final.
+plan::PlanEntry checkpoint_layout_entry(const config::Config& config, const dist::StrategyEntry& strategy, train::CheckpointOptions& options);
 
 // The profile.* keys (profile.window "N-M": steps N to M, from 1) with the trace in <dir>/trace.json.
 obs::ProfileOptions profile_options(const config::Config& config, const std::filesystem::path& dir);

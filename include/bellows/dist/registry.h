@@ -39,6 +39,9 @@ struct StrategyEntry {
   // dist.strategy: auto joins as, among the entries for the job's process count (one, or several), the highest (0:
   // never); for several, app/ then moves to zero2 or fsdp by memory once the model is built (plan/strategy.h).
   int auto_preference = 0;
+  // checkpoint.layout: auto writes its checkpoints as "whole" (one set of files, written by rank 0) or "sharded"
+  // (every rank writes what it holds; ckpt/sharded.h): sharded where the strategy shards the training state.
+  std::string checkpoint_layout = "whole";
   std::function<void(config::Schema&)> add_keys;  // its own keys (may be none)
   std::function<std::shared_ptr<Strategy>(const StrategyRequest&)> make;
 };

@@ -22,6 +22,9 @@ struct CheckpointOptions {
   bool keep_best = true;            // also keep the checkpoint with the best monitored metric
   bool at_end = true;               // when the run finishes
   bool on_stop = true;              // when a stop is requested (SIGINT/SIGTERM): then exit code 5
+  // kWhole: rank 0 writes every tensor (the others' shares gathered to it); kSharded: every rank writes what it
+  // holds, in parallel, and rank 0 the manifest (ckpt/sharded.h). checkpoint.layout auto: the strategy entry's.
+  enum class Layout { kWhole, kSharded } layout = Layout::kWhole;
 };
 
 // Parameters and buffers by their dotted names (as PyTorch's state_dict names them).

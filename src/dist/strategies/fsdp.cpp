@@ -18,6 +18,7 @@ StrategyEntry fsdp_strategy() {
            "1/world of the blocks' weights and gathers a block's whole weights while it runs";
   e.several_processes = true;
   e.auto_preference = 0;  // auto joins as ddp, then takes fsdp where zero2 does not fit either (plan/strategy.h)
+  e.checkpoint_layout = "sharded";  // rank 0 cannot be asked to hold every rank's share
   e.add_keys = [](config::Schema& s) {
     s.add("dist.fsdp_units", config::Type::kStringList,
           "fsdp: the model's blocks gathered one at a time, as glob patterns over the block names that checkpointing takes "

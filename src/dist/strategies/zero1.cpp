@@ -13,6 +13,7 @@ StrategyEntry zero1_strategy() {
   e.help = "data parallel with the optimizer state sharded over the processes (ZeRO stage 1): each rank keeps and updates 1/world of it";
   e.several_processes = true;
   e.auto_preference = 0;  // asked for: auto takes zero2 (less memory, no more traffic) where ddp does not fit
+  e.checkpoint_layout = "sharded";  // rank 0 cannot be asked to hold every rank's share
   e.add_keys = [](config::Schema&) {};
   e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero1>(joined_or_join(r)); };
   return e;

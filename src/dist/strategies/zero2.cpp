@@ -15,6 +15,7 @@ StrategyEntry zero2_strategy() {
            "keeps 1/world of both, gradients reduced to their owner";
   e.several_processes = true;
   e.auto_preference = 0;  // auto joins as ddp, then takes zero2 where ddp does not fit (plan/strategy.h)
+  e.checkpoint_layout = "sharded";  // rank 0 cannot be asked to hold every rank's share
   e.add_keys = [](config::Schema&) {};
   e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> { return std::make_shared<Zero2>(joined_or_join(r)); };
   return e;

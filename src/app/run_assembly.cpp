@@ -304,8 +304,11 @@ std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::
 // A run's resume: weights, trainer state, the data position and the RNG states of the checkpoint.
 void resume_run(const fs::path& from, Trainer& trainer, data::BatchSource& train, int world_size, bool strict,
                 const std::optional<plan::PlanEntry>& micro_batch, std::int64_t planned_split) {
-  const ckpt::Checkpoint cp = ckpt::load_checkpoint(from);
-  if (const auto saved = cp.state.find("data.sampler.world_size"); saved != cp.state.end()) {
+  // Mapped, not read: each rank touches the tensors it loads (all weights, its own share of the optimizer state and EMA).
+  const ckpt::Checkpoint cp = ckpt::load_checkpoint(from, /*mmap=*/true);
+  auto saved = cp.state.find("data.sampler.world_size");
+  if (saved == cp.state.end()) saved = cp.state.find("rank.0.data.sampler.world_size");  // sharded: every rank's own
+  if (saved != cp.state.end()) {
     const std::int64_t world = saved->second.item<std::int64_t>();
     if (world != world_size) {
       trainer.message(fmt::format("warning: the checkpoint was written by {} process(es), this run has {}: training continues from the "
@@ -476,9 +479,8 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
     }
   }
   Trainer& trainer = *a.trainer;
-  if (ranks->shards_optimizer()) {  // each rank's share exists once the trainer has given the strategy its parameters
-    redescribe_strategy(a.plan, a.strategy_described, ranks->describe());
-  }
+  // A sharded strategy's describe() names each rank's share once the trainer has given it its parameters.
+  redescribe_strategy(a.plan, a.strategy_described, ranks->describe());
   // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
   std::optional<plan::PlanEntry> micro_batch;
   std::int64_t planned_split = 1;

@@ -267,7 +267,7 @@ plan::PlanEntry checkpoint_layout_entry(const config::Config& c, const dist::Str
                                                   "the manifest", strategy.name);
   else if (!strategy.several_processes) why = "auto: one process holds every tensor and writes them";
   else why = fmt::format("auto: under {} every rank holds every tensor; rank 0 writes them", strategy.name);
-  return {"checkpoint_layout", layout, why};
+  return {"ckpt_layout", layout, why};
 }
 
 obs::ProfileOptions profile_options(const config::Config& c, const std::filesystem::path& dir) {

@@ -14,6 +14,8 @@
 
 #include "bellows/ckpt/checksum.h"
 #include "bellows/ckpt/safetensors.h"
+#include "bellows/ckpt/sharded.h"
+#include "ckpt/install.h"
 #include "bellows/util/atomic_file.h"  // defines: write_file_synced, fsync_directory, rename_durably
 #include "bellows/util/check.h"
 #include "bellows/version.h"
@@ -43,6 +45,9 @@ std::int64_t step_of(const fs::path& p) {
 Manifest parse_manifest(const nlohmann::json& j) {
   Manifest m;
   m.format_version = j.at("format_version").get<std::int64_t>();
+  m.layout = j.value("layout", std::string("whole"));
+  m.world_size = j.value("world_size", std::int64_t{1});
+  m.tensors = j.value("tensors", nlohmann::json::object());
   m.bellows_version = j.at("bellows_version").get<std::string>();
   m.torch_version = j.at("torch_version").get<std::string>();
   m.created_utc = j.at("created_utc").get<std::string>();
@@ -57,6 +62,29 @@ Manifest parse_manifest(const nlohmann::json& j) {
 
 std::string checkpoint_name(std::int64_t step) { return fmt::format("step-{:09}", step); }
 
+nlohmann::json manifest_json(std::int64_t format_version, const Checkpoint& c, const nlohmann::json& files) {
+  return {{"format", "bellows-checkpoint"}, {"format_version", format_version},
+          {"bellows_version", BELLOWS_VERSION}, {"torch_version", TORCH_VERSION},
+          {"created_utc", utc_now()},          {"step", c.step},
+          {"epoch", c.epoch},                  {"info", c.info},
+          {"files", files}};
+}
+
+std::string temporary_name(const std::string& name, long pid, int n) { return fmt::format(".tmp-{}-{}-{}", name, pid, n); }
+
+void install_checkpoint(const fs::path& tmp, const fs::path& final_path) {
+  static std::atomic<int> counter{0};
+  // Replacing a checkpoint of the same step: move the old one aside first, so one of them is always whole.
+  fs::path old;
+  std::error_code ec;
+  if (fs::exists(final_path)) {
+    old = final_path.parent_path() / fmt::format(".old-{}-{}-{}", final_path.filename().string(), ::getpid(), counter++);
+    fs::rename(final_path, old);
+  }
+  rename_durably(tmp, final_path);
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
 fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
   BELLOWS_CHECK(c.step >= 0, fmt::format("checkpoint step {}", c.step), "report this bug");
   std::error_code ec;
@@ -64,7 +92,7 @@ fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
   BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create {}: {}", dir.string(), ec.message()), "check the output directory");
   static std::atomic<int> counter{0};
   const std::string name = checkpoint_name(c.step);
-  const fs::path tmp = dir / fmt::format(".tmp-{}-{}-{}", name, ::getpid(), counter++);
+  const fs::path tmp = dir / temporary_name(name, ::getpid(), counter++);
   const fs::path final_path = dir / name;
   try {
     fs::create_directory(tmp);
@@ -77,21 +105,9 @@ fs::path save_checkpoint(const fs::path& dir, const Checkpoint& c) {
     nlohmann::json files = nlohmann::json::object();
     files[kModelFile] = {{"sha256", sha256_hex(model)}, {"bytes", model.size()}};
     files[kStateFile] = {{"sha256", sha256_hex(state)}, {"bytes", state.size()}};
-    const nlohmann::json manifest = {{"format", "bellows-checkpoint"}, {"format_version", kFormatVersion},
-                                     {"bellows_version", BELLOWS_VERSION}, {"torch_version", TORCH_VERSION},
-                                     {"created_utc", utc_now()},          {"step", c.step},
-                                     {"epoch", c.epoch},                  {"info", c.info},
-                                     {"files", files}};
-    write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
+    write_file_synced(tmp / kManifestFile, manifest_json(kFormatVersion, c, files).dump(2) + "\n");
     fsync_directory(tmp);
-    // Replacing a checkpoint of the same step: move the old one aside first, so one of them is always whole.
-    fs::path old;
-    if (fs::exists(final_path)) {
-      old = dir / fmt::format(".old-{}-{}-{}", name, ::getpid(), counter++);
-      fs::rename(final_path, old);
-    }
-    rename_durably(tmp, final_path);
-    if (!old.empty()) fs::remove_all(old, ec);
+    install_checkpoint(tmp, final_path);
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);
     BELLOWS_FAIL(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: {}", final_path.string(), e.what()),
@@ -128,13 +144,29 @@ Verification verify_checkpoint(const fs::path& checkpoint) {
     v.problem = e.message();
     return v;
   }
-  if (v.manifest.format_version != kFormatVersion) {
-    v.problem = fmt::format("format version {} (this bellows reads {})", v.manifest.format_version, kFormatVersion);
+  if (v.manifest.format_version < kFormatVersion || v.manifest.format_version > kShardedFormatVersion) {
+    v.problem = fmt::format("format version {}: {} (this bellows, {}, reads versions {} and {})", v.manifest.format_version,
+                            v.manifest.format_version > kShardedFormatVersion ? "written by a newer bellows" : "not a version bellows wrote",
+                            BELLOWS_VERSION, kFormatVersion, kShardedFormatVersion);
     return v;
   }
-  for (const char* required : {kModelFile, kStateFile}) {
-    if (!v.manifest.files.count(required)) {
-      v.problem = fmt::format("the manifest lists no {}", required);
+  const bool sharded = v.manifest.layout == "sharded";
+  if (!sharded && v.manifest.layout != "whole") {
+    v.problem = fmt::format("layout '{}' (this bellows reads whole and sharded)", v.manifest.layout);
+    return v;
+  }
+  if (sharded && (v.manifest.format_version < kShardedFormatVersion || v.manifest.world_size < 1)) {
+    v.problem = fmt::format("a sharded manifest of format version {} and world_size {}", v.manifest.format_version, v.manifest.world_size);
+    return v;
+  }
+  std::vector<std::string> required{kModelFile, kStateFile};
+  if (sharded) {
+    required.clear();
+    for (int r = 0; r < v.manifest.world_size; ++r) required.push_back(shard_file_name(r, static_cast<int>(v.manifest.world_size)));
+  }
+  for (const std::string& name : required) {
+    if (!v.manifest.files.count(name)) {
+      v.problem = fmt::format("the manifest lists no {}", name);
       return v;
     }
   }
@@ -155,6 +187,10 @@ Verification verify_checkpoint(const fs::path& checkpoint) {
       return v;
     }
   }
+  if (sharded) {
+    v.problem = check_shards(checkpoint, v.manifest);
+    if (!v.problem.empty()) return v;
+  }
   v.ok = true;
   return v;
 }
@@ -163,6 +199,7 @@ Checkpoint load_checkpoint(const fs::path& checkpoint, bool mmap) {
   const Verification v = verify_checkpoint(checkpoint);
   BELLOWS_CHECK_DATA(v.ok, fmt::format("checkpoint {} is not usable: {}", checkpoint.string(), v.problem),
                      "resume from another checkpoint (--resume auto skips broken ones)");
+  if (v.manifest.layout == "sharded") return load_sharded(checkpoint, v.manifest, mmap);
   Checkpoint c;
   c.step = v.manifest.step;
   c.epoch = v.manifest.epoch;

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "bellows/util/check.h"
+#include "bellows/util/name_patterns.h"  // defines: select_names
 #include "dist/gradient_hooks.h"
 
 namespace bellows::dist {
@@ -82,6 +83,35 @@ Fsdp::Fsdp(std::shared_ptr<Ddp> joined, std::vector<std::string> units)
 Fsdp::~Fsdp() { hooks_->detach(); }
 
 std::shared_ptr<BlockHooks> Fsdp::block_hooks() { return hooks_; }
+
+void Fsdp::attach(const ModelBlocks& model, const std::vector<at::Tensor>& params) {
+  BELLOWS_CHECK_CONFIG(!model.names.empty(),
+                       fmt::format("dist.strategy fsdp gathers a model's parameters block by block, and this model ({}) has no named "
+                                   "blocks",
+                                   model.model_name),
+                       "use dist.strategy: zero2 (optimizer state and gradients sharded, weights on every rank) for this model");
+  const std::vector<std::string> names = patterns_.empty() ? model.names : select_names(patterns_, model.names, "dist.fsdp_units");
+  std::unordered_map<const c10::TensorImpl*, std::size_t> index;
+  for (std::size_t i = 0; i < params.size(); ++i) index.emplace(params[i].unsafeGetTensorImpl(), i);
+  std::vector<std::vector<std::size_t>> members;
+  for (const std::string& name : names) {
+    std::vector<std::size_t> unit;
+    for (const at::Tensor& p : model.parameters(name)) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found != index.end()) unit.push_back(found->second);  // frozen parameters stay on every rank
+    }
+    members.push_back(std::move(unit));
+  }
+  set_units(names, std::move(members));
+  model.set_hooks(hooks_);
+}
+
+std::vector<bool> Fsdp::held_between_steps(const std::vector<at::Tensor>& params) const {
+  BELLOWS_CHECK(on_demand_.size() == params.size(), "Fsdp::held_between_steps() before shard()", "call shard() first");
+  std::vector<bool> held(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) held[i] = !on_demand_[i] || owners_[i] == rank();
+  return held;
+}
 
 void Fsdp::set_units(std::vector<std::string> names, std::vector<std::vector<std::size_t>> params) {
   BELLOWS_CHECK(names.size() == params.size(), "Fsdp::set_units: one parameter list per unit", "report this bug");

@@ -7,7 +7,9 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -34,6 +36,30 @@ std::vector<int> assign_owners(const std::vector<std::int64_t>& numels, const st
   }
   return owners;
 }
+
+namespace {
+
+// Per tensor: its elements, and the first index of the same tensor (a tied weight listed twice), or -1.
+std::pair<std::vector<std::int64_t>, std::vector<int>> numels_and_ties(const std::vector<at::Tensor>& params) {
+  std::vector<std::int64_t> numels;
+  std::vector<int> same_as;
+  std::unordered_map<const c10::TensorImpl*, int> first;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    numels.push_back(params[i].numel());
+    const auto [it, inserted] = first.emplace(params[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    same_as.push_back(inserted ? -1 : it->second);
+  }
+  return {numels, same_as};
+}
+
+}  // namespace
+
+std::vector<int> spread_owners(const std::vector<at::Tensor>& params, int world_size) {
+  const auto [numels, same_as] = numels_and_ties(params);
+  return assign_owners(numels, same_as, world_size);
+}
+
+std::vector<int> Strategy::owners(const std::vector<at::Tensor>& params) const { return spread_owners(params, world_size()); }
 
 Zero::Zero(const ProcessInfo& info, DdpOptions options, int stage) : Zero(std::make_shared<Ddp>(info, std::move(options)), stage) {}
 Zero::Zero(std::shared_ptr<Ddp> joined, int stage) : stage_(stage), ddp_(std::move(joined)) {
@@ -64,16 +90,8 @@ void Zero::backward(const at::Tensor& loss) {
 
 std::vector<bool> Zero::shard(const std::vector<at::Tensor>& params) {
   const int world = world_size();
-  std::vector<std::int64_t> numels;
-  std::vector<int> same_as;
-  std::unordered_map<const c10::TensorImpl*, int> first;
-  int distinct = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    numels.push_back(params[i].numel());
-    const auto [it, inserted] = first.emplace(params[i].unsafeGetTensorImpl(), static_cast<int>(i));
-    same_as.push_back(inserted ? -1 : it->second);
-    distinct += inserted ? 1 : 0;
-  }
+  const auto [numels, same_as] = numels_and_ties(params);
+  const auto distinct = std::count(same_as.begin(), same_as.end(), -1);
   BELLOWS_CHECK_CONFIG(distinct >= world,
                        fmt::format("dist.strategy is {} on {} ranks, but the model has {} trainable tensor(s): ZeRO gives each "
                                    "tensor one owner rank, and a rank with none has no optimizer to run",
@@ -91,6 +109,24 @@ std::vector<bool> Zero::shard(const std::vector<at::Tensor>& params) {
   std::vector<bool> mine(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) mine[i] = owners_[i] == rank();
   return mine;
+}
+
+std::vector<int> Zero::owners(const std::vector<at::Tensor>& params) const {
+  BELLOWS_CHECK(owners_.size() == params.size(), "Zero::owners() before shard() or with other parameters", "call shard() first");
+  return owners_;
+}
+
+at::Tensor Zero::combine_gradient_norms(const at::Tensor& norms, std::vector<std::int64_t>& held, std::int64_t count) {
+  if (stage_ < 2) return norms;  // zero1: every rank holds every averaged gradient
+  // Every parameter's norm on every rank: each rank its own parameters' at their places, zeros elsewhere, summed over
+  // the ranks (x + 0 is x exactly), so every rank has ddp's list and computes ddp's total from it.
+  at::Tensor all = at::zeros({count}, norms.options());
+  if (!held.empty()) all.index_copy_(0, at::tensor(held, at::kLong).to(all.device()), norms);
+  std::vector<at::Tensor> one{all};
+  ddp_->all_reduce_sum(one);
+  held.resize(static_cast<std::size_t>(count));
+  std::iota(held.begin(), held.end(), std::int64_t{0});
+  return one.front();
 }
 
 std::vector<Zero::Flat> Zero::flats_of(const std::vector<at::Tensor>& params, const std::vector<std::size_t>& indices) const {

@@ -59,30 +59,23 @@ void fail_backward(const c10::Error& error, std::int64_t number) {
                "function autograd named)");
 }
 
-void check_gradients(const torch::nn::Module& model, const precision::Precision& precision, std::int64_t number) {
-  if (precision.scales_loss()) return;  // the loss scaler skips these steps by design
-  std::vector<std::pair<std::string, at::Tensor>> grads;
-  for (const auto& [name, p] : bellows::named_parameters(model)) grads.emplace_back(name, p.grad());
-  const std::string bad = first_nonfinite(grads);
-  BELLOWS_CHECK_DATA(bad.empty(), fmt::format("non-finite gradient after the backward pass of optimizer step {}: {}", number, bad),
-                     "the loss was finite: lower the learning rate or clip gradients (train.clip_max_norm)");
-}
-
 void check_gradient_norms(const torch::nn::Module& model, const std::vector<at::Tensor>& params, const at::Tensor& norms,
-                          const precision::Precision& precision, std::int64_t number) {
-  if (precision.scales_loss()) return;
+                          const std::vector<std::int32_t>& indices, const precision::Precision& precision, std::int64_t number) {
+  if (precision.scales_loss() || !norms.defined()) return;  // the loss scaler skips these steps by design
   const at::Tensor host = norms.detach().to(at::kCPU, at::kDouble).contiguous();
   const double* v = host.data_ptr<double>();
-  for (std::int64_t i = 0; i < host.numel() && static_cast<std::size_t>(i) < params.size(); ++i) {
-    if (std::isfinite(v[i])) continue;
-    std::string name = fmt::format("trainable parameter {}", i);
-    for (const auto& [n, p] : bellows::named_parameters(model)) {
-      if (p.unsafeGetTensorImpl() == params[static_cast<std::size_t>(i)].unsafeGetTensorImpl()) name = n;
+  for (std::int64_t k = 0; k < host.numel() && static_cast<std::size_t>(k) < indices.size(); ++k) {
+    if (std::isfinite(v[k])) continue;
+    const at::Tensor& p = params[static_cast<std::size_t>(indices[static_cast<std::size_t>(k)])];
+    std::string name = fmt::format("trainable parameter {}", indices[static_cast<std::size_t>(k)]);
+    for (const auto& [n, q] : bellows::named_parameters(model)) {
+      if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) name = n;
     }
+    // Where this rank holds the gradient, how many of its values are not finite.
+    const std::string values = first_nonfinite({{name, p.grad()}});
     BELLOWS_FAIL(ErrorKind::kData,
-                 fmt::format("non-finite gradient after the backward pass of optimizer step {}: {} (gradient norm {}, combined over "
-                             "the ranks that hold the gradients)",
-                             number, name, v[i]),
+                 fmt::format("non-finite gradient after the backward pass of optimizer step {}: {} (gradient norm {}{})", number,
+                             values.empty() ? name : values, v[k], values.empty() ? ", combined over the ranks that hold the gradients" : ""),
                  "the loss was finite: lower the learning rate or clip gradients (train.clip_max_norm)");
   }
 }

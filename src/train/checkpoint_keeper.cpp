@@ -60,8 +60,56 @@ std::filesystem::path CheckpointKeeper::write(std::int64_t step, const std::stri
   const double start_s = now_s();
   // --- on the training thread: the host copy of everything (the only part the step waits for) ---
   ckpt::Checkpoint c = snapshot();
-  c.info["reason"] = reason;
   const std::filesystem::path path = options_.dir / ckpt::checkpoint_name(step);
+  const std::vector<std::filesystem::path> keep = annotate(c, reason, path);
+  const double copy_ms = 1e3 * (now_s() - start_s);
+  // --- on a background thread: the files, fsyncs, rename, pruning ---
+  pending_write_ = std::async(std::launch::async, [c = std::move(c), dir = options_.dir, keep_last = options_.keep_last, keep] {
+    const auto t0 = std::chrono::steady_clock::now();
+    ckpt::save_checkpoint(dir, c);
+    ckpt::prune_checkpoints(dir, keep_last, keep);
+    return seconds_since(t0);
+  });
+  pending_note_ = fmt::format("checkpoint {} ({}, step {}): the step waited {:.1f} ms for the host copy", path.string(), reason, step, copy_ms);
+  if (wait) finish_write();
+  return path;
+}
+
+std::filesystem::path CheckpointKeeper::save_share(std::int64_t step, const std::string& reason, bool wait,
+                                                   const std::function<ckpt::Checkpoint(bool copy)>& share, const ckpt::ShardWriters& writers) {
+  BELLOWS_CHECK(enabled(), "save_checkpoint() without a checkpoint directory", "set CheckpointOptions::dir");
+  finish_write();  // one write at a time; a failed one raises here
+  const double start_s = now_s();
+  // Several ranks write together, waited for (their collectives cannot run beside the training's); one process can
+  // write in the background from host copies, as the whole layout does.
+  const bool background = !wait && writers.world_size == 1;
+  ckpt::Checkpoint c = share(background);
+  const std::filesystem::path path = options_.dir / ckpt::checkpoint_name(step);
+  const std::vector<std::filesystem::path> keep = annotate(c, reason, path);
+  const double copy_ms = 1e3 * (now_s() - start_s);
+  const bool main = writers.rank == 0;
+  auto write = [c = std::move(c), dir = options_.dir, keep_last = options_.keep_last, keep, writers, main] {
+    const auto t0 = std::chrono::steady_clock::now();
+    ckpt::save_sharded_checkpoint(dir, c, writers);
+    if (main) ckpt::prune_checkpoints(dir, keep_last, keep);
+    return seconds_since(t0);
+  };
+  last_checkpoint_s_ = now_s();  // on every rank: the next time-based checkpoint counts from here
+  time_asked_ = false;
+  if (background) {
+    pending_write_ = std::async(std::launch::async, std::move(write));
+    pending_note_ = fmt::format("checkpoint {} ({}, step {}, sharded): the step waited {:.1f} ms for the host copy", path.string(), reason, step, copy_ms);
+    if (wait) finish_write();
+    return path;
+  }
+  const double write_s = write();
+  if (main) message_(fmt::format("checkpoint {} ({}, step {}): {} rank(s) wrote their shards in {:.1f} ms", path.string(), reason, step,
+                                 writers.world_size, 1e3 * (write_s + copy_ms)));
+  return path;
+}
+
+std::vector<std::filesystem::path> CheckpointKeeper::annotate(ckpt::Checkpoint& c, const std::string& reason, const std::filesystem::path& path) {
+  c.info["reason"] = reason;
   // The best checkpoint by the monitored metric survives pruning; the manifest names it, so a resumed run keeps
   // protecting it (and compares later evaluations with its value, not with the last one).
   if (last_eval_ && (!best_eval_ || (lower_is_better_ ? *last_eval_ < *best_eval_ : *last_eval_ > *best_eval_))) {
@@ -76,17 +124,7 @@ std::filesystem::path CheckpointKeeper::write(std::int64_t step, const std::stri
   }
   std::vector<std::filesystem::path> keep;
   if (options_.keep_best && !best_checkpoint_.empty()) keep.push_back(best_checkpoint_);
-  const double copy_ms = 1e3 * (now_s() - start_s);
-  // --- on a background thread: the files, fsyncs, rename, pruning ---
-  pending_write_ = std::async(std::launch::async, [c = std::move(c), dir = options_.dir, keep_last = options_.keep_last, keep] {
-    const auto t0 = std::chrono::steady_clock::now();
-    ckpt::save_checkpoint(dir, c);
-    ckpt::prune_checkpoints(dir, keep_last, keep);
-    return seconds_since(t0);
-  });
-  pending_note_ = fmt::format("checkpoint {} ({}, step {}): the step waited {:.1f} ms for the host copy", path.string(), reason, step, copy_ms);
-  if (wait) finish_write();
-  return path;
+  return keep;
 }
 
 void CheckpointKeeper::finish_write() {

@@ -92,10 +92,8 @@ GradientReport EagerStep::optimizer_phase(std::int64_t number) {
   GradientReport report;
   p_.strategy.finish_gradients();  // the mean over ranks: every rank clips and skips alike from here
   p_.precision.unscale(p_.params);
-  const bool sharded = p_.strategy.shards_gradients();  // zero2: this rank holds its own parameters' gradients only
-  if (p_.options.detect_anomaly && !sharded) check_gradients(p_.model, p_.precision, number);
-  report.norm = clip_gradients(report);
-  if (p_.options.detect_anomaly && sharded) check_gradient_norms(p_.model, p_.params, report.param_norms, p_.precision, number);
+  report.norm = clip_gradients(report);  // the norms combined over the ranks where they hold shares of the gradients
+  if (p_.options.detect_anomaly) check_gradient_norms(p_.model, p_.params, report.param_norms, report.owners, p_.precision, number);
   // x - x is 0 for a finite x and NaN for inf or NaN: the non-finite flag in three ops, 0 or 1.
   const at::Tensor nonfinite = (report.norm - report.norm).ne(0).to(at::kFloat);
   report.skipped = p_.precision.step_on_device(p_.params, nonfinite, [&](const at::Tensor& found_inf) { p_.optimizer.step(found_inf); });
@@ -112,23 +110,12 @@ at::Tensor EagerStep::clip_gradients(GradientReport& report) {
     grads_.push_back(p_.params[i].grad());
     held.push_back(static_cast<std::int64_t>(i));
   }
-  const bool sharded = p_.strategy.shards_gradients();
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(p_.options.device);
-  if (grads_.empty() && !sharded) return at::zeros({}, f32);
   // Everything stays on the device (no .item()): the norm is the step's non-finite check and a reported
   // metric, read at the logging boundary. The arithmetic is torch.nn.utils.clip_grad_norm_'s.
   at::Tensor norms = grads_.empty() ? at::zeros({0}, f32) : at::stack(at::_foreach_norm(grads_, 2)).to(at::kFloat);
-  if (sharded) {
-    // Every parameter's norm on every rank: each rank its own parameters' at their places, zeros elsewhere, summed
-    // over the ranks (x + 0 is x exactly), so every rank has ddp's list and computes ddp's total from it.
-    at::Tensor all = at::zeros({static_cast<std::int64_t>(p_.params.size())}, f32);
-    if (!held.empty()) all.index_copy_(0, at::tensor(held, at::kLong).to(all.device()), norms);
-    std::vector<at::Tensor> one{all};
-    p_.strategy.all_reduce_sum(one);
-    norms = one.front();
-    held.resize(p_.params.size());
-    std::iota(held.begin(), held.end(), std::int64_t{0});
-  }
+  norms = p_.strategy.combine_gradient_norms(norms, held, static_cast<std::int64_t>(p_.params.size()));
+  if (held.empty()) return at::zeros({}, f32);
   for (const std::int64_t i : held) report.owners.push_back(static_cast<std::int32_t>(i));
   report.param_norms = norms;  // kept by the record's window: which gradient was not finite
   const at::Tensor total = at::linalg_vector_norm(report.param_norms, 2);

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -62,6 +63,40 @@ class WholeParameters {
   bool was_released_;
 };
 
+// The trainer state of `saved` for rank `rank`: every entry but the per-rank ones of a sharded checkpoint
+// ("rank.<r>.rng.cpu", "rank.<r>.data...": RNG states and data position), of which it takes its own rank's, or rank 0's
+// where the checkpoint was written by fewer ranks, without the prefix. The rest as saved: the optimizer and the EMA
+// copy what they load (the tensors may be a mapped file's); the few other tensors are copied here.
+StateDict own_state(const StateDict& saved, int rank) {
+  const std::string mine = fmt::format("rank.{}.", rank);
+  const bool has_mine = std::any_of(saved.begin(), saved.end(), [&](const auto& kv) { return kv.first.rfind(mine, 0) == 0; });
+  const std::string take = has_mine ? mine : "rank.0.";
+  StateDict out;
+  for (const auto& [key, t] : saved) {
+    const bool copied = key.rfind("optim.", 0) == 0 || key.rfind("ema.", 0) == 0;
+    if (key.rfind("rank.", 0) != 0) out.emplace(key, copied ? t : t.clone());
+    else if (key.rfind(take, 0) == 0) out.emplace(key.substr(take.size()), t.clone());
+  }
+  return out;
+}
+
+// The model's named blocks as a strategy sees them (dist::ModelBlocks): fsdp chooses its units among them.
+dist::ModelBlocks model_blocks(torch::nn::Module& model) {
+  dist::ModelBlocks blocks;
+  blocks.model_name = model.name();
+  auto* blocked = dynamic_cast<models::Checkpointable*>(&model);
+  if (blocked == nullptr) return blocks;
+  blocks.names = blocked->checkpoint_blocks();
+  blocks.parameters = [&model](const std::string& name) {
+    for (const auto& item : model.named_modules()) {
+      if (item.key() == name) return item.value()->parameters();
+    }
+    BELLOWS_FAIL(ErrorKind::kInternal, fmt::format("the model names a block {} that is none of its modules", name), "report this bug");
+  };
+  blocks.set_hooks = [blocked](std::shared_ptr<BlockHooks> hooks) { blocked->set_block_hooks(std::move(hooks)); };
+  return blocks;
+}
+
 }  // namespace
 
 const std::vector<std::string>& on_nonfinite_names() {
@@ -110,20 +145,29 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
   // What trains, in the optimizer's order; a sharded strategy (zero1) gives this rank's optimizer only its share.
   const NamedParameters trainable = trainable_parameters(bellows::named_parameters(*model_), options_.optimizer);
   for (const auto& [name, p] : trainable) params_.push_back(p);
-  if (options_.strategy->shards_parameters()) configure_units();
-  const std::vector<bool> mine = options_.strategy->shard(params_);
+  dist::Strategy& strategy = *options_.strategy;
+  strategy.attach(model_blocks(*model_), params_);  // fsdp: its units among the model's blocks, its hooks on them
+  const std::vector<bool> mine = strategy.shard(params_);
   NamedParameters owned;
   for (std::size_t i = 0; i < trainable.size(); ++i) {
     if (mine[i]) owned.push_back(trainable[i]);
   }
   optimizer_ = std::make_unique<Optimizer>(owned, options_.optimizer);
+  owners_ = strategy.owners(params_);
   if (options_.ema) {
-    // Under fsdp each rank averages what it holds between steps: its own tensors of the blocks, and everything outside
-    // them; a checkpoint gathers the rest from their owners (save_checkpoint).
+    // Each rank averages the weights it holds between steps (fsdp: its own of the blocks, and everything outside them);
+    // a whole checkpoint gathers the rest from their owners (save_checkpoint).
+    const std::vector<bool> held = strategy.held_between_steps(params_);
     std::unordered_set<const c10::TensorImpl*> elsewhere;
-    for (const std::size_t i : in_units_) {
-      if (!mine[i]) elsewhere.insert(params_[i].unsafeGetTensorImpl());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!held[i]) elsewhere.insert(params_[i].unsafeGetTensorImpl());
     }
+    ema_share_ = !elsewhere.empty();
+    BELLOWS_CHECK_CONFIG(!(ema_share_ && options_.eval_with_ema),
+                         fmt::format("dist.strategy {} with ema.eval: each rank keeps the average of its own share of the blocks' "
+                                     "weights, so no rank has the whole average to evaluate",
+                                     strategy.name()),
+                         "evaluate the live weights (ema.eval: false; checkpoints keep the whole average), or use dist.strategy: zero2");
     NamedTensors averaged = bellows::named_state(*model_);
     std::erase_if(averaged, [&](const auto& named) { return elsewhere.contains(named.second.unsafeGetTensorImpl()); });
     ema_ = std::make_unique<Ema>(averaged, *options_.ema);
@@ -161,42 +205,6 @@ std::array<std::int64_t, 4> Trainer::held_by_category() const {
     for (const auto& [name, t] : ema_->averaged()) bytes[3] += held(t);
   }
   return bytes;
-}
-
-void Trainer::configure_units() {
-  dist::Strategy& s = *options_.strategy;
-  BELLOWS_CHECK_CONFIG(!options_.eval_with_ema,
-                       fmt::format("dist.strategy {} with ema.eval: each rank keeps the average of its own share of the blocks' "
-                                   "weights, so no rank has the whole average to evaluate",
-                                   s.name()),
-                       "evaluate the live weights (ema.eval: false; checkpoints keep the whole average), or use dist.strategy: zero2");
-  auto* model = dynamic_cast<models::Checkpointable*>(model_.get());
-  const std::vector<std::string> blocks = model ? model->checkpoint_blocks() : std::vector<std::string>{};
-  BELLOWS_CHECK_CONFIG(!blocks.empty(),
-                       fmt::format("dist.strategy {} gathers a model's parameters block by block, and this model ({}) has no named "
-                                   "blocks",
-                                   s.name(), model_->name()),
-                       "use dist.strategy: zero2 (optimizer state and gradients sharded, weights on every rank) for this model");
-  const std::vector<std::string> patterns = s.unit_patterns();
-  const std::vector<std::string> names = patterns.empty() ? blocks : models::select_blocks(patterns, blocks, "dist.fsdp_units");
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
-  for (const auto& item : model_->named_modules()) modules.emplace(item.key(), item.value());
-  std::unordered_map<const c10::TensorImpl*, std::size_t> index;
-  for (std::size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].unsafeGetTensorImpl(), i);
-  std::vector<std::vector<std::size_t>> members;
-  for (const std::string& name : names) {
-    const auto it = modules.find(name);
-    BELLOWS_CHECK(it != modules.end(), fmt::format("the model names a block {} that is none of its modules", name), "report this bug");
-    std::vector<std::size_t> unit;
-    for (const auto& p : it->second->parameters()) {
-      const auto found = index.find(p.unsafeGetTensorImpl());
-      if (found != index.end()) unit.push_back(found->second);  // frozen parameters stay on every rank
-    }
-    for (const std::size_t i : unit) in_units_.push_back(i);
-    members.push_back(std::move(unit));
-  }
-  s.set_units(names, std::move(members));
-  model->set_block_hooks(s.block_hooks());
 }
 
 void Trainer::add_sink(std::shared_ptr<obs::Sink> sink) { recorder_->add_sink(std::move(sink)); }
@@ -484,8 +492,7 @@ StateDict Trainer::state_dict() const {
 
 void Trainer::load_state_dict(const StateDict& state) {
   // The state of every parameter's optimizer (whatever strategy wrote it): a sharded optimizer takes its share.
-  const StateDict optim = sub_dict(state, "optim");
-  optimizer_->load_state_dict(options_.strategy->shards_optimizer() ? optimizer_->own_entries(optim) : optim);
+  optimizer_->load_state_dict(optimizer_->own_entries(sub_dict(state, "optim")));
   precision_->load_state_dict(sub_dict(state, "precision"));
   pending_schedule_state_ = sub_dict(state, "schedule");  // the schedule is built when fit() knows the plan
   if (schedule_ && !pending_schedule_state_.empty()) {     // sessions: built already
@@ -494,7 +501,7 @@ void Trainer::load_state_dict(const StateDict& state) {
   }
   if (ema_) {
     StateDict ema = sub_dict(state, "ema");
-    if (!in_units_.empty()) {  // fsdp: this rank averages its share (the checkpoint has every rank's)
+    if (ema_share_) {  // this rank averages its share (the checkpoint has every rank's)
       const StateDict mine = ema_->state_dict();
       std::erase_if(ema, [&](const auto& kv) { return !mine.contains(kv.first); });
     }
@@ -511,15 +518,26 @@ void Trainer::load_state_dict(const StateDict& state) {
 }
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
-  // A sharded optimizer's state, every rank's, on rank 0 (a collective: every rank saves at the same step); under fsdp
-  // every weight too.
-  WholeParameters whole(*options_.strategy);
-  std::optional<StateDict> gathered, gathered_ema;
-  if (options_.strategy->shards_optimizer()) gathered = options_.strategy->gather_state(optimizer_->state_dict());
-  if (ema_ && !in_units_.empty()) gathered_ema = options_.strategy->gather_state(ema_->state_dict());  // fsdp: every rank's share
+  dist::Strategy& strategy = *options_.strategy;
+  std::filesystem::path path;
   mid_step_ = true;  // a failed write leaves nothing to save again
-  std::filesystem::path path =
-      keeper_->save(step_, reason, wait, [&] { return snapshot(train, gathered ? &*gathered : nullptr, gathered_ema ? &*gathered_ema : nullptr); });
+  if (options_.checkpoint.layout == CheckpointOptions::Layout::kSharded) {
+    // Every rank writes what it holds (share()), in parallel: nothing is gathered.
+    const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
+                                       std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
+                                       strategy.all_reduce_sum(one);
+                                       return one.front().item<std::int64_t>();
+                                     }};
+    path = keeper_->save_share(step_, reason, wait, [&](bool copy) { return share(train, copy); }, writers);
+  } else {
+    // Rank 0 writes everything: what the ranks hold in shares (optimizer state; under fsdp weights and EMA) is gathered
+    // to it first (collectives every rank enters at the same step).
+    WholeParameters whole(strategy);
+    const StateDict optimizer_state = strategy.gather_state(optimizer_->state_dict());
+    std::optional<StateDict> ema_state;
+    if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
+    path = keeper_->save(step_, reason, wait, [&] { return snapshot(train, &optimizer_state, ema_state ? &*ema_state : nullptr); });
+  }
   mid_step_ = false;
   saved_step_ = step_;
   return path;
@@ -545,10 +563,56 @@ ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* op
   if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());
   merge_prefixed(state, "rng", rng_state());
   c.state = to_host(state);
-  c.info = options_.checkpoint_info;
-  c.info["precision"] = options_.precision;
-  if (const std::optional<double> loss = recorder_->last_loss()) c.info["train_loss"] = *loss;  // the summary of a resumed finished run
-  if (options_.sessions) c.info["online"] = true;
+  c.info = checkpoint_info();
+  return c;
+}
+
+nlohmann::json Trainer::checkpoint_info() const {
+  nlohmann::json info = options_.checkpoint_info;
+  info["precision"] = options_.precision;
+  if (const std::optional<double> loss = recorder_->last_loss()) info["train_loss"] = *loss;  // the summary of a resumed finished run
+  if (options_.sessions) info["online"] = true;
+  return info;
+}
+
+ckpt::Checkpoint Trainer::share(data::BatchSource* train, bool copy) const {
+  const int rank = options_.strategy->rank();
+  // Who writes what: each trainable parameter's owner (dist::Strategy::owners) its weight, its optimizer entries and its
+  // average; rank 0 the buffers, the frozen weights and the scalars; every rank its own RNG states and data position.
+  std::unordered_map<const c10::TensorImpl*, int> owner;
+  for (std::size_t i = 0; i < params_.size(); ++i) owner.emplace(params_[i].unsafeGetTensorImpl(), owners_[i]);
+  std::unordered_map<std::string, int> writer;  // by the model's tensor names
+  for (const auto& [name, t] : bellows::named_state(*model_)) {
+    const auto it = owner.find(t.unsafeGetTensorImpl());
+    writer.emplace(name, it == owner.end() ? 0 : it->second);
+  }
+  const auto writer_of_entry = [&](const std::string& key) {
+    // "optim.exp_avg.<name>", "ema.weights.<name>": the parameter's; the rest ("optim.lr", "counters.step", ...) rank 0's.
+    for (const std::string prefix : {"optim.", "ema."}) {
+      if (key.rfind(prefix, 0) != 0) continue;
+      const auto dot = key.find('.', prefix.size());
+      const auto it = dot == std::string::npos ? writer.end() : writer.find(key.substr(dot + 1));
+      if (it != writer.end()) return it->second;
+    }
+    return 0;
+  };
+  ckpt::Checkpoint c;
+  c.step = step_;
+  c.epoch = epoch_;
+  for (const auto& [name, t] : model_tensors(*model_)) {
+    if (writer.at(name) == rank) c.model.emplace(name, t);
+  }
+  StateDict state;
+  for (auto& [key, t] : state_dict()) {
+    if (writer_of_entry(key) == rank) state.emplace(key, t);
+  }
+  const std::string own = fmt::format("rank.{}.", rank);
+  if (train != nullptr && !options_.sessions) merge_prefixed(state, own + "data", train->state_dict());
+  merge_prefixed(state, own + "rng", rng_state());
+  // A write in the background reads host copies while training goes on; a waited-for one reads the tensors themselves.
+  c.model = to_host(c.model, copy);
+  c.state = to_host(state, copy);
+  c.info = checkpoint_info();
   return c;
 }
 
@@ -562,7 +626,7 @@ std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::Batch
                         "position start fresh", differences.size(), fmt::join(differences, "; ")));
     return differences;
   }
-  StateDict state = c.state;
+  StateDict state = own_state(c.state, options_.strategy->rank());
   const std::string saved_precision = c.info.value("precision", options_.precision);
   if (saved_precision != options_.precision) {
     // Another precision policy: its loss-scaler state does not apply; this run's policy starts fresh.
@@ -585,9 +649,9 @@ std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::Batch
     }
   } else {
     BELLOWS_CHECK(train != nullptr, "restore() of a run's checkpoint without its data source", "pass the training loader");
-    train->load_state_dict(sub_dict(c.state, "data"));
+    train->load_state_dict(sub_dict(state, "data"));
   }
-  load_rng_state(sub_dict(c.state, "rng"));
+  load_rng_state(sub_dict(state, "rng"));
   keeper_->restore(c.info);
   saved_step_ = step_;
   if (c.info.contains("train_loss") && c.info["train_loss"].is_number()) recorder_->set_resumed_loss(c.info["train_loss"].get<double>());

@@ -50,18 +50,21 @@ std::string dist_args(const fs::path& csv, const fs::path& out, const std::strin
                      out.string(), name, csv.string(), batch, extra);
 }
 
-// The newest checkpoint's weights (step-XXXXXXXXX names sort by step).
-std::map<std::string, at::Tensor> dist_final_weights(const fs::path& run) {
+// The newest checkpoint (step-XXXXXXXXX names sort by step), whole or sharded.
+bellows::ckpt::Checkpoint dist_newest_checkpoint(const fs::path& run) {
   fs::path newest;
   for (const auto& e : fs::directory_iterator(run / "checkpoints")) {
-    if (fs::exists(e.path() / "model.safetensors") && e.path().filename() > newest.filename()) newest = e.path();
+    if (fs::exists(e.path() / "manifest.json") && e.path().filename() > newest.filename()) newest = e.path();
   }
   if (newest.empty()) {
     ADD_FAILURE() << "no checkpoint in " << run;
     return {};
   }
-  return bellows::ckpt::read_safetensors(newest / "model.safetensors");
+  return bellows::ckpt::load_checkpoint(newest);
 }
+
+// The newest checkpoint's weights.
+std::map<std::string, at::Tensor> dist_final_weights(const fs::path& run) { return dist_newest_checkpoint(run).model; }
 
 std::vector<nlohmann::json> dist_records(const fs::path& run, const std::string& type) {
   std::vector<nlohmann::json> out;
@@ -261,12 +264,8 @@ TEST(DistCli, CtrlCStopsEveryRankAtOneStepAndResumeContinuesExactly) {
 
 // The optimizer state of a run's newest checkpoint (state.bin's "optim." entries, or those under another prefix).
 std::map<std::string, at::Tensor> dist_optimizer_state(const fs::path& run, const std::string& prefix = "optim.") {
-  fs::path newest;
-  for (const auto& e : fs::directory_iterator(run / "checkpoints")) {
-    if (fs::exists(e.path() / "state.bin") && e.path().filename() > newest.filename()) newest = e.path();
-  }
   std::map<std::string, at::Tensor> out;
-  for (const auto& [key, t] : bellows::ckpt::load_checkpoint(newest).state) {
+  for (const auto& [key, t] : dist_newest_checkpoint(run).state) {
     if (key.rfind(prefix, 0) == 0) out.emplace(key, t);
   }
   return out;

@@ -37,7 +37,7 @@ plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOpti
 // The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
 train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
 // checkpoint.layout resolved for the run's strategy (auto: the entry's StrategyEntry::checkpoint_layout) into
-// `options`, and its plan row "checkpoint_layout". Call once the strategy is final.
+// `options`, and its plan row "ckpt_layout". Call once the strategy is final.
 plan::PlanEntry checkpoint_layout_entry(const config::Config& config, const dist::StrategyEntry& strategy, train::CheckpointOptions& options);
 
 // The profile.* keys (profile.window "N-M": steps N to M, from 1) with the trace in <dir>/trace.json.

@@ -26,7 +26,7 @@
 
 namespace bellows::ckpt {
 
-inline constexpr std::int64_t kFormatVersion = 1;
+inline constexpr std::int64_t kFormatVersion = 1;  // the whole layout's; the sharded layout is 2 (ckpt/sharded.h)
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kStateFile = "state.bin";
 inline constexpr const char* kManifestFile = "manifest.json";
@@ -34,6 +34,9 @@ inline constexpr const char* kManifestFile = "manifest.json";
 struct Checkpoint {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
+  // Written by: one process ("whole" layout), or the ranks of a job, each its share ("sharded": ckpt/sharded.h).
+  std::string layout = "whole";
+  std::int64_t world_size = 1;  // sharded: the writers
   std::map<std::string, at::Tensor> model;  // parameters and buffers (any device: saved from the CPU)
   StateDict state;
   nlohmann::json info = nlohmann::json::object();  // config, plan, metric, ...: stored in the manifest
@@ -41,6 +44,10 @@ struct Checkpoint {
 
 struct Manifest {
   std::int64_t format_version = 0;
+  std::string layout = "whole";  // "sharded": format_version 2 (ckpt/sharded.h)
+  std::int64_t world_size = 1;   // sharded: the ranks that wrote it, a shard each
+  // sharded: every tensor, {"model": {name: {"dtype", "shape", "file"}}, "state": {key: {...}}}
+  nlohmann::json tensors = nlohmann::json::object();
   std::string bellows_version;
   std::string torch_version;
   std::string created_utc;
@@ -64,11 +71,13 @@ struct Verification {
   Manifest manifest;    // as far as it could be read
 };
 
-// Checks the manifest (present, parseable, this format version) and every file's size and SHA-256.
+// Checks the manifest (present, parseable, a format version this bellows reads: 1 whole, 2 whole or sharded) and
+// every file's size and SHA-256; sharded, also that the shards belong to the manifest's step (check_shards).
 Verification verify_checkpoint(const std::filesystem::path& checkpoint);
 
 // Verifies, then reads. kData error naming the checkpoint and the problem when verification fails.
-// Tensors come back on the CPU with their saved dtypes; mmap maps model.safetensors instead of reading it.
+// Tensors come back on the CPU with their saved dtypes; mmap maps model.safetensors (sharded: every shard) instead of
+// reading it. A sharded checkpoint comes back whole (ckpt/sharded.h: load_sharded).
 Checkpoint load_checkpoint(const std::filesystem::path& checkpoint, bool mmap = false);
 Manifest read_manifest(const std::filesystem::path& checkpoint);  // kData error when absent or malformed
 

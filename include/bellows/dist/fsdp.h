@@ -43,11 +43,16 @@ class Fsdp final : public Zero {
   ~Fsdp() override;
 
   std::string describe() const override;
-  bool shards_parameters() const override { return true; }
-  std::vector<std::string> unit_patterns() const override { return patterns_; }
-  void set_units(std::vector<std::string> names, std::vector<std::vector<std::size_t>> params) override;
-  std::shared_ptr<BlockHooks> block_hooks() override;
+  // The units: the model's blocks dist.fsdp_units selects (every block where it is empty), each with its trainable
+  // parameters, and the hooks installed on the model. kConfig errors: a model without blocks, a pattern that matches
+  // none.
+  void attach(const ModelBlocks& model, const std::vector<at::Tensor>& params) override;
+  // The units by hand (attach's result): per unit its name and its parameters (indices into shard()'s list).
+  void set_units(std::vector<std::string> names, std::vector<std::vector<std::size_t>> params);
+  std::shared_ptr<BlockHooks> block_hooks();
   std::vector<bool> shard(const std::vector<at::Tensor>& params) override;
+  // This rank's own tensors and those outside every unit.
+  std::vector<bool> held_between_steps(const std::vector<at::Tensor>& params) const override;
   void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
   void finish_gradients() override;
   // Zero's (comm_ms, comm_wait_ms) and gather_wait_ms: per optimizer step, the host's wait for the units' gathers in

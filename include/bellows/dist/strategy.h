@@ -13,10 +13,21 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "bellows/util/block_hooks.h"  // defines: BlockHooks
 #include "bellows/util/state_dict.h"   // defines: StateDict
 
 namespace bellows::dist {
+
+// The model as a strategy sees it (dist/ knows no model type): its named blocks, which the trainer reads from
+// models::Checkpointable, and where hooks around them go.
+struct ModelBlocks {
+  std::string model_name;          // in messages
+  std::vector<std::string> names;  // the blocks' module names ("encoder.layers.0"), in the model's order; empty: none
+  std::function<std::vector<at::Tensor>(const std::string&)> parameters;  // a block's parameters
+  std::function<void(std::shared_ptr<BlockHooks>)> set_hooks;             // around every block the model runs
+};
 
 class Strategy {
  public:
@@ -61,31 +72,39 @@ class Strategy {
   // Bytes of gradient buffers the strategy holds now (Ddp's buckets, which the gradients are views of); 0 for none.
   virtual std::int64_t gradient_buffer_bytes() const { return 0; }
 
-  // Sharded optimizer state (zero1: dist/zero.h). shard(params): which of the trainable parameters (in the
-  // trainer's order, the same on every rank) this rank's optimizer updates; every one of them everywhere, except
-  // where the strategy shards the optimizer, which gives each parameter one owner rank. finish_update(): after the
-  // optimizer step, each owner's updated parameters to every rank. gather_state(): the optimizer state of every
-  // rank merged (rank 0 gets the whole dict; the others an empty one) for a checkpoint: a collective every rank
-  // calls. A strategy that does not shard returns `local` itself.
-  virtual bool shards_optimizer() const { return false; }
-  virtual std::vector<bool> shard(const std::vector<at::Tensor>& params) { return std::vector<bool>(params.size(), true); }
-  virtual void finish_update() {}
-  virtual StateDict gather_state(const StateDict& local) { return local; }
-  // Sharded gradients (zero2): after finish_gradients() a rank holds the gradients of the parameters its optimizer
-  // updates only (the others' .grad undefined). Whatever is computed over all gradients (the norm that clips and
-  // decides a skipped step) is then combined over the ranks by the caller, with all_reduce_sum().
-  virtual bool shards_gradients() const { return false; }
+  // --- what the strategy shards: everything that differs between ddp, zero1, zero2 and fsdp is asked here, so the
+  // trainer, the step runners and the assembly never ask which strategy they hold ---
 
-  // Sharded parameters (fsdp: dist/fsdp.h). Where shards_parameters() is true, the trainer matches unit_patterns()
-  // (empty: every block) against the model's blocks, hands the strategy each unit's trainable parameters (indices
-  // into the list shard() will get) with set_units() before shard(), and installs block_hooks() on the model. From
-  // setup() on, the weights another rank owns are held only while their unit runs (parameters_released() is true);
-  // gather_parameters() brings every weight back on every rank (a collective: a checkpoint, an evaluation, the end of
-  // a fit), release_parameters() lets them go again (local).
-  virtual bool shards_parameters() const { return false; }
-  virtual std::vector<std::string> unit_patterns() const { return {}; }
-  virtual void set_units(std::vector<std::string> names, std::vector<std::vector<std::size_t>> params) {}
-  virtual std::shared_ptr<BlockHooks> block_hooks() { return nullptr; }
+  // The model, before shard(): a strategy that keeps weights block by block (fsdp) chooses its units among `model`'s
+  // blocks and installs its hooks there (kConfig errors name what does not fit: no blocks, a pattern matching none).
+  // `params`: the trainable parameters, in the order shard() will get them.
+  virtual void attach(const ModelBlocks& model, const std::vector<at::Tensor>& params) {}
+  // Which of the trainable parameters (in the trainer's order, the same on every rank) this rank's optimizer updates:
+  // every one of them, except where the strategy shards the optimizer (zero1, zero2, fsdp), which gives each
+  // parameter one owner rank. kConfig error where a rank would own none.
+  virtual std::vector<bool> shard(const std::vector<at::Tensor>& params) { return std::vector<bool>(params.size(), true); }
+  // Per trainable parameter (after shard()), the rank that holds its optimizer state and writes it, its weight and
+  // its average (EMA) into a sharded checkpoint: the owner where the optimizer is sharded; otherwise whole tensors
+  // spread over the ranks as assign_owners() spreads them (dist/zero.h), so that every rank writes about 1/world.
+  virtual std::vector<int> owners(const std::vector<at::Tensor>& params) const;
+  // Per trainable parameter (after shard()), whether this rank keeps its weight between steps (the EMA averages
+  // those): all, except under fsdp, which keeps a unit's weights another rank owns only while the unit runs.
+  virtual std::vector<bool> held_between_steps(const std::vector<at::Tensor>& params) const { return std::vector<bool>(params.size(), true); }
+  // After the optimizer step: each owner's updated parameters to every rank (zero1, zero2; a no-op otherwise).
+  virtual void finish_update() {}
+  // The entries `local` of every rank merged on rank 0 (the others get an empty dict): a collective every rank calls,
+  // for a whole checkpoint of a sharded optimizer state or EMA. A strategy whose ranks hold everything returns `local`.
+  virtual StateDict gather_state(const StateDict& local) { return local; }
+  // The per-parameter gradient norms that clipping and the non-finite check read: `norms` of the gradients this rank
+  // holds, `held` their indices among `count` trainable parameters. Where every rank holds every gradient, they are
+  // returned as they are. Where gradients are sharded (zero2, fsdp: after finish_gradients() a rank holds its own
+  // parameters' only), every parameter's norm, combined over the ranks (a collective; x + 0 is x exactly, so every
+  // rank computes ddp's total from the same numbers and skips alike), and `held` becomes 0..count-1.
+  virtual at::Tensor combine_gradient_norms(const at::Tensor& norms, std::vector<std::int64_t>& held, std::int64_t count) { return norms; }
+
+  // Weights released between uses (fsdp: dist/fsdp.h): from setup() on, the weights another rank owns are held only
+  // while their unit runs (parameters_released() is true); gather_parameters() brings every weight back on every rank
+  // (a collective: a whole checkpoint, an evaluation, the end of a fit), release_parameters() lets them go again.
   virtual bool parameters_released() const { return false; }
   virtual void gather_parameters() {}
   virtual void release_parameters() {}
@@ -112,6 +131,9 @@ class Strategy {
  private:
   bool sync_ = true;
 };
+
+// assign_owners (dist/zero.h) over `params`: whole tensors spread over `world_size` ranks, tied ones together.
+std::vector<int> spread_owners(const std::vector<at::Tensor>& params, int world_size);
 
 // One process, one device: nothing to communicate.
 class SingleDevice final : public Strategy {

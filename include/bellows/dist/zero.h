@@ -14,16 +14,17 @@
 // overlapping backward as ddp's all-reduce does; the other ranks drop those gradients once they are in the bucket,
 // and the bucket once the reduce is done. After finish_gradients() a rank holds its own parameters' averaged
 // gradients only. The gradient norm (clipping, the non-finite check that skips a step) is then global through
-// Strategy::shards_gradients(): the trainer all-reduces the per-parameter norms, each rank contributing its own
-// and zeros elsewhere, so every rank computes ddp's norm from the same numbers and skips alike.
+// combine_gradient_norms(): the per-parameter norms all-reduced, each rank contributing its own and zeros elsewhere,
+// so every rank computes ddp's norm from the same numbers and skips alike.
 //
 // Either way the update is the same elementwise arithmetic on the same gradients as under ddp, so the weights stay
 // bitwise those of a ddp run. Per rank: weights as ddp; optimizer state about 1/world of ddp's; gradients as ddp
 // (zero1) or, between steps, about 1/world (zero2; during backward each rank still produces every gradient, and
 // holds a bucket until it is sent). Per step each rank sends and receives the gradient all-reduce (2x the
 // parameters' bytes, as ddp) or the reduces (zero2: about 1x), plus the broadcasts of the other ranks' shards
-// (about (world-1)/world x the parameters' bytes). A checkpoint gathers every rank's optimizer state on rank 0
-// (gather_state), so it is the file a ddp run writes, and any strategy and world size resumes it.
+// (about (world-1)/world x the parameters' bytes). A sharded checkpoint (checkpoint.layout auto) has each owner write
+// its parameters' optimizer state, weights and EMA (owners()); a whole one gathers every rank's optimizer state on
+// rank 0 (gather_state). Either resumes under any strategy and world size.
 #pragma once
 
 #include <memory>
@@ -62,12 +63,13 @@ class Zero : public Strategy {
   std::vector<std::pair<std::string, double>> metrics() override { return ddp_->metrics(); }
   std::int64_t gradient_buffer_bytes() const override { return ddp_->gradient_buffer_bytes(); }
 
-  bool shards_optimizer() const override { return true; }
-  bool shards_gradients() const override { return stage_ >= 2; }
   // kConfig error when there are fewer trainable tensors than ranks (a rank would own nothing).
   std::vector<bool> shard(const std::vector<at::Tensor>& params) override;
+  std::vector<int> owners(const std::vector<at::Tensor>& params) const override;
   void finish_update() override;
   StateDict gather_state(const StateDict& local) override;
+  // Stage 2 and 3: every parameter's norm, the ranks' own summed over the ranks.
+  at::Tensor combine_gradient_norms(const at::Tensor& norms, std::vector<std::int64_t>& held, std::int64_t count) override;
 
   // The parameter elements each rank owns (after shard()).
   std::vector<std::int64_t> shard_elements() const;

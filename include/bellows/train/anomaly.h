@@ -23,13 +23,12 @@ namespace bellows::train {
 void check_forward(const torch::nn::Module& model, const data::Batch& batch, const at::Tensor& loss, std::int64_t number);
 // An error in backward under autograd's anomaly mode: the backward function that made a NaN.
 [[noreturn]] void fail_backward(const c10::Error& error, std::int64_t number);
-// Every gradient before the optimizer (not under a policy whose loss scaler skips such steps by design).
-void check_gradients(const torch::nn::Module& model, const precision::Precision& precision, std::int64_t number);
-// The same where the gradients are sharded over ranks (zero2: a rank holds its own parameters' gradients only):
-// from every trainable parameter's gradient norm (`norms`, one per `params` element, combined over the ranks), so
-// every rank names the same first parameter and stops alike.
+// Every gradient before the optimizer (not under a policy whose loss scaler skips such steps by design), from the
+// gradient norms the step clips by (`norms`, of the parameters params[indices[k]]; where the ranks hold shares of the
+// gradients, every parameter's, combined over the ranks, so every rank names the same first parameter and stops
+// alike): the first non-finite one, with its count of non-finite values where this rank holds the gradient.
 void check_gradient_norms(const torch::nn::Module& model, const std::vector<at::Tensor>& params, const at::Tensor& norms,
-                          const precision::Precision& precision, std::int64_t number);
+                          const std::vector<std::int32_t>& indices, const precision::Precision& precision, std::int64_t number);
 // Every parameter after optimizer step `step` (the steps taken, this one included) ran at learning rate `lr`.
 void check_parameters(const torch::nn::Module& model, std::int64_t step, double lr);
 

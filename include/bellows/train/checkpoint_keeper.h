@@ -11,10 +11,12 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bellows/ckpt/checkpoint.h"       // defines: Checkpoint
+#include "bellows/ckpt/sharded.h"          // defines: ShardWriters
 #include "bellows/train/checkpointing.h"   // defines: CheckpointOptions
 
 namespace bellows::dist {
@@ -47,6 +49,11 @@ class CheckpointKeeper {
   // for) and writes it in the background (`wait`: before returning); every rank leaves once it is complete. Returns
   // its path. kInternal error without a checkpoint directory.
   std::filesystem::path save(std::int64_t step, const std::string& reason, bool wait, const std::function<ckpt::Checkpoint()>& snapshot);
+  // The same in the sharded layout (ckpt/sharded.h): every rank takes `share` (what it writes; `copy`: as host copies,
+  // for a write in the background, which only one process does) and writes it; rank 0 the manifest. `writers`: this
+  // rank, the world size and the ranks' sum.
+  std::filesystem::path save_share(std::int64_t step, const std::string& reason, bool wait, const std::function<ckpt::Checkpoint(bool copy)>& share,
+                                   const ckpt::ShardWriters& writers);
   void finish_write();  // waits for a background write; rethrows its error; its note goes to the sinks
 
   void observe(double monitored);  // the monitored metric at an evaluation
@@ -56,6 +63,8 @@ class CheckpointKeeper {
 
  private:
   std::filesystem::path write(std::int64_t step, const std::string& reason, bool wait, const std::function<ckpt::Checkpoint()>& snapshot);
+  // The manifest's "reason", "monitor" and "best" entries of checkpoint `path`; returns the checkpoints pruning keeps.
+  std::vector<std::filesystem::path> annotate(ckpt::Checkpoint& c, const std::string& reason, const std::filesystem::path& path);
 
   CheckpointOptions options_;
   dist::Strategy& strategy_;

@@ -117,9 +117,12 @@ class Trainer {
   // optimizer_state: the optimizer entries to store instead of this rank's own (a sharded optimizer's, gathered).
   ckpt::Checkpoint snapshot(data::BatchSource* train, const StateDict* optimizer_state = nullptr, const StateDict* ema_state = nullptr) const;
 
-  // dist.strategy fsdp: the model's blocks that the strategy gathers when used (dist.fsdp_units), and its hooks on them.
-  void configure_units();
-  std::vector<std::size_t> in_units_;  // fsdp: the trainable parameters (indices into params_) inside its units
+  // This rank's share of a sharded checkpoint (ckpt/sharded.h): what it writes; `copy`: as host copies.
+  ckpt::Checkpoint share(data::BatchSource* train, bool copy) const;
+  nlohmann::json checkpoint_info() const;  // the manifest's info: the run's, the precision, the last loss, online
+
+  std::vector<int> owners_;  // per trainable parameter: the rank that writes it into a sharded checkpoint
+  bool ema_share_ = false;   // the EMA averages this rank's share of the weights (fsdp), not all of them
 
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Task> task_;

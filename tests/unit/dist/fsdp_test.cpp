@@ -63,7 +63,7 @@ std::vector<FsdpRankResult> train_blocks(int world, int steps, bool checkpointed
     const NamedTensors trainable = train::trainable_parameters(bellows::named_parameters(net), o);
     std::vector<at::Tensor> params;
     for (const auto& [name, p] : trainable) params.push_back(p);
-    if (s.shards_parameters()) {  // what the trainer does (Trainer::configure_units)
+    if constexpr (std::is_same_v<S, Fsdp>) {  // what Fsdp::attach does from the model's blocks
       std::vector<std::vector<std::size_t>> units(3);
       for (std::size_t i = 0; i < trainable.size(); ++i) {
         const std::string& name = trainable[i].first;

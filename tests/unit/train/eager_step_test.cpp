@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <numeric>
 
 #include "bellows/dist/strategy.h"
 #include "bellows/precision/precision.h"
@@ -101,14 +102,16 @@ TEST(EagerStep, ClippingBoundsTheUpdateAndReportsTheNormBeforeIt) {
   EXPECT_NEAR(std::sqrt(squares), 1e-3, 1e-6);
 }
 
-// Under sharded gradients (zero2) detect_anomaly reads the per-parameter norms every rank has, not the gradients:
-// the first non-finite one is named as check_gradients names a gradient.
+// detect_anomaly reads the per-parameter norms the step clips by (under sharded gradients every rank has every one):
+// the first non-finite one is named.
 TEST(EagerStep, ShardedGradientsNameTheFirstParameterWhoseNormIsNotFinite) {
   Bench b(3);
   const NamedTensors named = bellows::named_parameters(*b.model);
   ASSERT_GE(b.params.size(), 3u);
   at::Tensor norms = at::ones({static_cast<std::int64_t>(b.params.size())});
-  EXPECT_NO_THROW(check_gradient_norms(*b.model, b.params, norms, *b.policy, 7));
+  std::vector<std::int32_t> all(b.params.size());
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_NO_THROW(check_gradient_norms(*b.model, b.params, norms, all, *b.policy, 7));
   norms[2] = std::numeric_limits<float>::infinity();
   norms[1] = std::numeric_limits<float>::quiet_NaN();
   std::string name;
@@ -117,7 +120,7 @@ TEST(EagerStep, ShardedGradientsNameTheFirstParameterWhoseNormIsNotFinite) {
   }
   ASSERT_FALSE(name.empty());
   try {
-    check_gradient_norms(*b.model, b.params, norms, *b.policy, 7);
+    check_gradient_norms(*b.model, b.params, norms, all, *b.policy, 7);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kData);

@@ -63,6 +63,13 @@ void JsonlSink::on_eval(const EvalRecord& r) {
   write_line(j.dump());
 }
 
+void JsonlSink::on_checkpoint(const CheckpointRecord& r) {
+  nlohmann::json j = {{"type", "checkpoint"}, {"step", r.step}, {"path", r.path}, {"reason", r.reason}, {"layout", r.layout},
+                      {"seconds", r.seconds}};
+  for (const auto& [k, v] : r.values) j[k] = v;
+  write_line(j.dump());
+}
+
 void JsonlSink::on_message(const std::string& text) { write_line(nlohmann::json({{"type", "message"}, {"text", text}}).dump()); }
 
 void JsonlSink::on_run_end(const RunEnd& end) {

@@ -89,6 +89,25 @@ Recorder::Recorder(const TrainerOptions& options, const precision::Precision& pr
 
 Recorder::~Recorder() = default;
 
+std::int64_t Recorder::training_peak() const {
+  std::int64_t peak = training_peak_;
+  if (clock_) {
+    const auto& now = clock_->memory_so_far();
+    for (std::size_t i = 0; i < obs::kPhases; ++i) {
+      if (i != static_cast<std::size_t>(obs::Phase::kOther)) peak = std::max(peak, now[i]);
+    }
+  }
+  return peak;
+}
+
+void Recorder::lap_between_steps() {
+  if (clock_) clock_->lap(obs::Phase::kOther);
+}
+
+void Recorder::checkpoint(const obs::CheckpointRecord& record) {
+  for (auto& sink : sinks_) sink->on_checkpoint(record);
+}
+
 void Recorder::message(const std::string& text) {
   for (auto& sink : sinks_) sink->on_message(text);
 }
@@ -178,6 +197,9 @@ std::string Recorder::record(const Position& at) {
   if (mem.tracked) {
     phase_peaks = clock_->take_memory();
     for (const std::int64_t p : phase_peaks) mem_peak = std::max(mem_peak, p);
+    for (std::size_t i = 0; i < obs::kPhases; ++i) {  // the steps' own phases: what a checkpoint is compared with
+      if (i != static_cast<std::size_t>(obs::Phase::kOther)) training_peak_ = std::max(training_peak_, phase_peaks[i]);
+    }
     obs::reset_peak(options_.device);
   }
   const obs::ProcessMemory proc = obs::process_memory();

@@ -132,13 +132,14 @@ void fail_out_of_memory(const ExceptionReport& r, c10::Device device, obs::Phase
   std::string held;
   if (mem.tracked) held += fmt::format("; tensor memory on {} peaked at {:.1f} MB in this logging window", device.str(), mem.peak_bytes / 1e6);
   if (const std::int64_t limit = obs::cpu_tensor_limit(); limit > 0 && device.is_cpu()) {
-    held += fmt::format(" (cpu_tensor_limit_mb {:.0f})", limit / 1e6);
+    held += fmt::format(" (cpu_tensor_limit_mb {:.4g})", limit / 1e6);
   }
   if (proc.rss_bytes >= 0) held += fmt::format("; process memory (RSS) {:.1f} MB, peak {:.1f} MB", proc.rss_bytes / 1e6, proc.peak_rss_bytes / 1e6);
   if (!note.empty()) held += "; " + note;
-  // After an optimizer phase the step is done: what failed is what follows it (records, evaluation, a checkpoint).
+  // After an optimizer phase the step is done: what failed is what follows it (records, evaluation, a checkpoint, which
+  // closes the lap as "other").
   const std::string what =
-      last == obs::Phase::kOptimizer
+      last == obs::Phase::kOptimizer || last == obs::Phase::kOther
           ? fmt::format("ran out of memory after optimizer step {} (in its records, an evaluation or a checkpoint's copies)", step)
           : fmt::format("optimizer step {} ran out of memory after its {} phase", step + 1, obs::phase_name(last));
   BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: {}{}", what, r.message.empty() ? "out of memory" : r.message, held),

@@ -27,6 +27,7 @@
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
 #include "bellows/util/module_tensors.h"  // defines: named_parameters, named_state
+#include "bellows/util/timer.h"           // defines: now_s
 
 namespace bellows::train {
 namespace {
@@ -519,9 +520,15 @@ void Trainer::load_state_dict(const StateDict& state) {
 
 std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
   dist::Strategy& strategy = *options_.strategy;
+  const bool sharded = options_.checkpoint.layout == CheckpointOptions::Layout::kSharded;
+  // What the checkpoint costs in memory: held before it and its own peak (the clock's lap banks the window's peak).
+  const obs::MemoryStats before = obs::memory_stats(options_.device);
+  recorder_->lap_between_steps();
+  const double start_s = now_s();
   std::filesystem::path path;
   mid_step_ = true;  // a failed write leaves nothing to save again
-  if (options_.checkpoint.layout == CheckpointOptions::Layout::kSharded) {
+  try {
+  if (sharded) {
     // Every rank writes what it holds (share()), in parallel: nothing is gathered.
     const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
                                        std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
@@ -538,8 +545,43 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
     if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
     path = keeper_->save(step_, reason, wait, [&] { return snapshot(train, &optimizer_state, ema_state ? &*ema_state : nullptr); });
   }
+  } catch (...) {
+    const ExceptionReport r = report_current_exception();
+    if (!r.out_of_memory) throw;
+    // Which checkpoint, and what the other layout would cost (still an out-of-memory error: fit() adds what was held).
+    BELLOWS_FAIL(ErrorKind::kResource,
+                 fmt::format("{} (writing the {} checkpoint of optimizer step {}{})", r.message, sharded ? "sharded" : "whole", step_,
+                             sharded ? "" : ": its rank gathers every rank's share and copies it"),
+                 sharded ? r.hint
+                         : "checkpoint.layout: sharded has every rank write its own share, with no gather (docs/distributed.md); or "
+                           "raise the memory limit");
+  }
   mid_step_ = false;
   saved_step_ = step_;
+  const std::int64_t peak = obs::memory_stats(options_.device).peak_bytes;
+  recorder_->lap_between_steps();
+  // --- the record: every rank's three numbers (one collective) ---
+  obs::CheckpointRecord record{step_, path.string(), reason, sharded ? "sharded" : "whole", now_s() - start_s, {}};
+  if (before.tracked) {
+    const int world = strategy.world_size(), rank = strategy.rank();
+    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(options_.device);
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < world; ++r) {
+      const bool mine = r == rank;
+      for (const std::int64_t bytes : {before.current_bytes, peak, recorder_->training_peak()}) {
+        parts.push_back(at::scalar_tensor(mine ? static_cast<double>(bytes) : 0.0, f64));
+      }
+    }
+    const std::vector<double> all = sums_over_ranks(strategy, parts);
+    for (int r = 0; r < world; ++r) {
+      const std::string suffix = r == 0 ? "" : fmt::format("_rank{}", r);
+      const std::size_t at = static_cast<std::size_t>(3 * r);
+      record.values.emplace_back("mem_held_mb" + suffix, all[at] / 1e6);
+      record.values.emplace_back("mem_peak_mb" + suffix, all[at + 1] / 1e6);
+      if (all[at + 2] >= 0) record.values.emplace_back("train_peak_mb" + suffix, all[at + 2] / 1e6);
+    }
+  }
+  recorder_->checkpoint(record);
   return path;
 }
 

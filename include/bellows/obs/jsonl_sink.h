@@ -20,6 +20,7 @@ class JsonlSink final : public Sink {
   void on_step(const StepRecord& record) override;
   void on_eval(const EvalRecord& record) override;
   void on_message(const std::string& text) override;
+  void on_checkpoint(const CheckpointRecord& record) override;
   void on_run_end(const RunEnd& end) override;
 
  private:

@@ -41,6 +41,8 @@ class PhaseClock {
   // The peak tensor bytes of each phase since the last take_memory() (or construction); -1 where nothing was
   // measured: the device's memory is not counted, or the phase did not run.
   std::array<std::int64_t, kPhases> take_memory();
+  // The same without clearing them.
+  const std::array<std::int64_t, kPhases>& memory_so_far() const { return peak_bytes_; }
 
  private:
   void sample_memory(Phase phase);

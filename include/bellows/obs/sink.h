@@ -51,6 +51,18 @@ struct EvalRecord {
   Values values;
 };
 
+// A checkpoint written: where, why, its layout, how long the step waited for it, and per rank the tensor memory held
+// before it, at its peak while it was written, and the largest peak of a training step so far (the memory a layout
+// costs: docs/distributed.md). Values named "<name>" are rank 0's, "<name>_rank<r>" rank r's.
+struct CheckpointRecord {
+  std::int64_t step = 0;
+  std::string path;
+  std::string reason;  // end, every_n_steps, every_n_minutes, stop, error, save
+  std::string layout;  // whole | sharded
+  double seconds = 0;  // the step's wait: a whole layout's host copy, or the sharded layout's write
+  Values values;       // mem_held_mb, mem_peak_mb, train_peak_mb (per rank)
+};
+
 struct RunEnd {
   std::vector<std::pair<std::string, std::string>> summary;  // printed as a table
   bool interrupted = false;
@@ -64,6 +76,7 @@ class Sink {
   virtual void on_epoch_end(std::int64_t epoch, const StepRecord& last) {}
   virtual void on_eval(const EvalRecord& record) {}
   virtual void on_message(const std::string& text) {}  // warnings and notices ("step 41 skipped: ...")
+  virtual void on_checkpoint(const CheckpointRecord& record) {}
   virtual void on_run_end(const RunEnd& end) {}
 };
 

@@ -71,6 +71,12 @@ class Recorder {
   void end_fit(FitResult& result, std::int64_t epochs, const std::string& monitor, std::int64_t micro_split);
 
   obs::PhaseClock& clock() { return *clock_; }  // the fit's (from start_fit)
+  // The largest tensor memory peak of the steps' phases (data to optimizer) since the fit began; -1 when not counted.
+  std::int64_t training_peak() const;
+  // Closes the clock's current lap as "other" (what lies between steps), so the memory peak so far stays the window's
+  // and the next peak counter starts at zero: around a checkpoint. Nothing before the first fit.
+  void lap_between_steps();
+  void checkpoint(const obs::CheckpointRecord& record);  // to every sink
   obs::Phase last_phase() const { return clock_ ? clock_->last() : obs::Phase::kOther; }
   double flops_per_sample() const { return flops_per_sample_; }  // of a training step (count_flops); 0 before counted
   // The training loss of the last record (a checkpoint stores it), and the one a resumed checkpoint stored: the
@@ -90,6 +96,7 @@ class Recorder {
   std::unique_ptr<Window> window_;
   std::function<Categories()> categories_;
   std::unique_ptr<obs::PhaseClock> clock_;
+  std::int64_t training_peak_ = -1;  // the largest phase peak (data to optimizer) at the records so far
   std::unique_ptr<obs::StepProfiler> profiler_;
   obs::FlopCounter flop_counter_;
   bool counting_ = false;        // the step being run is having its FLOPs counted

@@ -302,19 +302,27 @@ std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::
 }
 
 // A run's resume: weights, trainer state, the data position and the RNG states of the checkpoint.
-void resume_run(const fs::path& from, Trainer& trainer, data::BatchSource& train, int world_size, bool strict,
+void resume_run(const config::Config& config_of_run, const fs::path& from, Trainer& trainer, data::BatchSource& train, int world_size, bool strict,
                 const std::optional<plan::PlanEntry>& micro_batch, std::int64_t planned_split) {
   // Mapped, not read: each rank touches the tensors it loads (all weights, its own share of the optimizer state and EMA).
   const ckpt::Checkpoint cp = ckpt::load_checkpoint(from, /*mmap=*/true);
-  auto saved = cp.state.find("data.sampler.world_size");
-  if (saved == cp.state.end()) saved = cp.state.find("rank.0.data.sampler.world_size");  // sharded: every rank's own
-  if (saved != cp.state.end()) {
-    const std::int64_t world = saved->second.item<std::int64_t>();
-    if (world != world_size) {
-      trainer.message(fmt::format("warning: the checkpoint was written by {} process(es), this run has {}: training continues from the "
-                                  "same step and the same fraction of the epoch, but the data order differs from the original run's",
-                                  world, world_size));
+  // The data position of a job of another size or batch: the loader converts it (data/loader.h); whether the same
+  // batches follow is said here.
+  const auto saved_int = [&](const std::string& key) -> std::optional<std::int64_t> {
+    for (const std::string prefix : {"data.", "rank.0.data."}) {  // the whole layout's, or rank 0's of a sharded one
+      if (const auto it = cp.state.find(prefix + key); it != cp.state.end()) return it->second.item<std::int64_t>();
     }
+    return std::nullopt;
+  };
+  const std::optional<std::int64_t> world = saved_int("sampler.world_size"), batch = saved_int("batch_size");
+  const std::int64_t this_batch = loaded_batch_size(config_of_run, world_size);
+  if (world && batch && (*world != world_size || *batch != this_batch)) {
+    const bool same_global = *world * *batch == world_size * this_batch;
+    trainer.message(fmt::format("{}the checkpoint was written by {} process(es) of batch {}, this run has {} of batch {}: {}", same_global ? "" : "warning: ",
+                                *world, *batch, world_size, this_batch,
+                                same_global ? "the same global batch, so the same batches follow"
+                                            : "training continues from the same step and (rounded down to a whole batch) the same "
+                                              "fraction of the epoch, but the batches differ from the original run's"));
   }
   try {
     trainer.restore(cp, &train, strict);
@@ -525,7 +533,7 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
   if (o.online) {
     a.resume_from = checkpoint_to_resume(c, a.run_dir, trainer, "starting untrained");
   } else if (const auto from = checkpoint_to_resume(c, a.run_dir, trainer, "starting from the beginning")) {
-    resume_run(*from, trainer, *a.loaders->train, ranks->world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
+    resume_run(c, *from, trainer, *a.loaders->train, ranks->world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
   }
   return a;
 }

@@ -283,18 +283,21 @@ StateDict Loader::state_dict() const {
 }
 
 void Loader::load_state_dict(const StateDict& state) {
-  BELLOWS_CHECK_DATA(get_int(state, "batch_size") == options_.batch_size && get_int(state, "drop_last") == (options_.drop_last ? 1 : 0),
-                     fmt::format("the saved data position used batch_size {} and drop_last {}, this run has {} and {}",
-                                 get_int(state, "batch_size"), get_int(state, "drop_last") != 0, options_.batch_size, options_.drop_last),
-                     "resume with the same data.batch_size and data.drop_last, or start a new run");
+  BELLOWS_CHECK_DATA(get_int(state, "drop_last") == (options_.drop_last ? 1 : 0),
+                     fmt::format("the saved data position used drop_last {}, this run has {}", get_int(state, "drop_last") != 0,
+                                 options_.drop_last),
+                     "resume with the same data.drop_last, or start a new run");
   sampler_.check_compatible(sub_dict(state, "sampler"));
   epoch_ = get_int(state, "epoch");
   position_ = get_int(state, "position");
-  // Saved by a job of another size: the same fraction of the epoch is done (position x old world / new world
-  // batches of this rank), though not the same samples.
-  const std::int64_t saved_world = get_int(sub_dict(state, "sampler"), "world_size");
-  if (saved_world != sampler_.options().world_size) {
-    position_ = position_ * saved_world / sampler_.options().world_size;
+  // Saved by a job of another size or per-rank batch: the ranks had consumed position x batch x world positions of
+  // the epoch's order (rank r takes positions r, r + world, ...), which become this job's batches. With the same global
+  // batch the next batch is the one the saved job would have taken; otherwise the position rounds down to a whole
+  // batch of this job (a few samples are seen again).
+  const std::int64_t saved_world = get_int(sub_dict(state, "sampler"), "world_size"), saved_batch = get_int(state, "batch_size");
+  const std::int64_t world = sampler_.options().world_size;
+  if (saved_world != world || saved_batch != options_.batch_size) {
+    position_ = position_ * saved_batch * saved_world / (options_.batch_size * world);
     position_ = std::min(position_, batches_per_epoch());
   }
   resumed_ = true;

@@ -137,14 +137,19 @@ TEST(Loader, ResumeMidEpochYieldsExactlyTheRemainingBatches) {
   }
 }
 
-TEST(Loader, ResumeRejectsAnotherBatchSizeOrSeed) {
+// Another batch size continues from the samples consumed (8 of 20 in batches of 4: 2 batches of 4, 1 of 8, 4 of 2),
+// rounded down to a whole batch (8 / 5 -> 1 batch of 5); another seed is an error.
+TEST(Loader, ResumeConvertsAnotherBatchSizeAndRejectsAnotherSeed) {
   auto ds = std::make_shared<IndexDataset>(20);
   Loader a(ds, Sampler(20, shuffled(1)), lopts(4, 0));
   drain(a, 0, 2);
-  Loader other_batch(ds, Sampler(20, shuffled(1)), lopts(5, 0));
-  EXPECT_THROW(other_batch.load_state_dict(a.state_dict()), Error);
-  Loader other_seed(ds, Sampler(20, shuffled(2)), lopts(4, 0));
-  EXPECT_THROW(other_seed.load_state_dict(a.state_dict()), Error);
+  for (const auto& [batch, remaining] : std::vector<std::pair<std::int64_t, std::int64_t>>{{8, 2}, {2, 6}, {5, 3}}) {
+    Loader other_batch(ds, Sampler(20, shuffled(1)), lopts(batch, 0));
+    other_batch.load_state_dict(a.state_dict());
+    EXPECT_EQ(other_batch.remaining_in_epoch(), remaining) << "batch " << batch;
+  }
+  Loader seeded(ds, Sampler(20, shuffled(2)), lopts(4, 0));
+  EXPECT_THROW(seeded.load_state_dict(a.state_dict()), Error);
 }
 
 TEST(Loader, AugmentationSeedDependsOnEpochAndNotOnWorkers) {

@@ -12,6 +12,12 @@ cores.
 --auto also runs each job with dist.strategy: auto and sets the bytes per rank its plan row predicts for each strategy
 (plan/strategy.h: weights, gradients, optimizer state, EMA, the probe step's activations) beside the measured peak of
 the busiest rank.
+
+--checkpoints measures what a checkpoint costs instead: each job (zero2 and fsdp at 2 and 4 processes, and one process)
+writes its checkpoint at step 6 in the whole and in the sharded layout (checkpoint.layout), and its checkpoint record
+(metrics.jsonl, type "checkpoint") gives every rank's tensor memory held before the checkpoint, its peak while it was
+written and the training steps' peak; --auto then adds the checkpoint bytes per rank the plan predicts
+(plan/strategy.h's checkpoint category) for the layout auto picks.
 """
 import argparse
 import json
@@ -30,14 +36,16 @@ STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
 EXTRA = {"W7": ["model.freeze_encoder=false"]}
 
 
-def measure(workload, args, data, ranks, strategy):
+def measure(workload, args, data, ranks, strategy, layout=None):
     w = peer.WORKLOADS[workload]
-    name = f"{workload}-mem-{ranks}-{strategy}"
+    name = f"{workload}-mem-{ranks}-{strategy}" + (f"-{layout}" if layout else "")
     out = os.path.join(args.work, "runs")
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     train = ["train", os.path.join(REPO, w.config), f"output_dir={out}", f"name={name}", f"data.path={data}",
              f"data.batch_size={w.batch_size // ranks}", "train.max_steps=6", "train.epochs=1000", "train.log_every_n_steps=6",
-             "train.eval_every_n_steps=0", "checkpoint.enabled=false", f"threads={2 if ranks == 1 else 1}", "precision=fp32",
+             "train.eval_every_n_steps=0", f"threads={2 if ranks == 1 else 1}", "precision=fp32",
+             *(["checkpoint.enabled=true", "checkpoint.at_end=true", "checkpoint.every_n_steps=0", "checkpoint.every_n_minutes=0",
+                f"checkpoint.layout={layout}"] if layout else ["checkpoint.enabled=false"]),
              "data.workers=0", *w.bellows_overrides, *EXTRA.get(workload, [])]
     bellows = os.path.join(args.bin, "bellows")
     if ranks > 1:
@@ -50,7 +58,31 @@ def measure(workload, args, data, ranks, strategy):
     now = [last["mem_mb"]] + [last[f"mem_mb_rank{r}"] for r in range(1, ranks)]
     peak = [last["mem_peak_mb"]] + [last[f"mem_peak_mb_rank{r}"] for r in range(1, ranks)]
     header = next(r for r in records if "header" in r)["header"]
-    return {"now": now, "peak": peak, "loss": last["loss"], "strategy_row": header.get("strategy", "")}
+    out = {"now": now, "peak": peak, "loss": last["loss"], "strategy_row": header.get("strategy", "")}
+    if layout:
+        c = [r for r in records if r.get("type") == "checkpoint"][-1]
+        suffix = lambda r: "" if r == 0 else f"_rank{r}"  # noqa: E731
+        for key in ("mem_held_mb", "mem_peak_mb", "train_peak_mb"):
+            out[key] = [c.get(key + suffix(r), float("nan")) for r in range(ranks)]
+        out["checkpoint_s"] = c["seconds"]
+    return out
+
+
+def checkpoint_table(args, rows):
+    lines = ["| workload | processes | strategy | layout | held before, MB per rank | peak while written | training peak | "
+             "peak above training, busiest rank | step waited, s |", "|---|---|---|---|---|---|---|---|---|"]
+    for workload in args.workloads:
+        data = data_for(workload, args)
+        jobs = [(1, "single")] + [(n, s) for n in (args.ranks or [2, 4]) for s in (args.strategy or ["zero2", "fsdp"])]
+        for ranks, strategy in jobs:
+            for layout in ("whole", "sharded"):
+                m = measure(workload, args, data, ranks, strategy, layout)
+                rows.append({"workload": workload, "ranks": ranks, "strategy": strategy, "layout": layout, **m})
+                above = max(p - t for p, t in zip(m["mem_peak_mb"], m["train_peak_mb"]))
+                cells = [" / ".join(f"{x:.2f}" for x in m[k]) for k in ("mem_held_mb", "mem_peak_mb", "train_peak_mb")]
+                lines.append(f"| {workload} | {ranks} | {strategy} | {layout} | {' | '.join(cells)} | {above:+.2f} | {m['checkpoint_s']:.3f} |")
+                print("  " + lines[-1], flush=True)
+    return lines
 
 
 def predicted(row):
@@ -67,14 +99,19 @@ def main():
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
     ap.add_argument("--strategy", action="append", choices=STRATEGIES, help="repeatable; default all four")
     ap.add_argument("--auto", action="store_true", help="also dist.strategy: auto, its predictions against the measured peaks")
+    ap.add_argument("--checkpoints", action="store_true", help="what a checkpoint costs per rank, whole and sharded layouts")
     args = ap.parse_args()
     args.workloads = args.workloads or ["W3", "W7"]
     args.quick = False
     args.work = os.path.join(args.out, "work")
     args.data_root = os.path.join(args.out, "data")
     os.makedirs(args.work, exist_ok=True)
-    lines = ["| workload | processes | strategy | between steps, MB per rank | peak, MB per rank | loss at step 6 |", "|---|---|---|---|---|---|"]
     rows = []
+    if args.checkpoints:
+        lines = checkpoint_table(args, rows)
+        write_results(args.out, "bench/dist/memory.sh --checkpoints", {"rows": rows}, "\n".join(lines) + "\n")
+        return 0
+    lines = ["| workload | processes | strategy | between steps, MB per rank | peak, MB per rank | loss at step 6 |", "|---|---|---|---|---|---|"]
     for workload in args.workloads:
         data = data_for(workload, args)
         for ranks, strategy in [(1, "single")] + [(n, s) for n in (args.ranks or [2, 4]) for s in (args.strategy or STRATEGIES)]:

@@ -451,11 +451,11 @@ std::vector<std::pair<std::string, double>> Ddp::metrics() {
   return out;
 }
 
-void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors) {
+void Ddp::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {
   for (auto& t : tensors) {
     at::Tensor c = t.to(impl_->control_device()).contiguous();
     std::vector<at::Tensor> one{c};
-    impl_->wait(impl_->group->allreduce(one), "all-reduce of meters");
+    impl_->wait(impl_->group->allreduce(one), "all-reduce of " + what);
     if (!c.is_same(t)) t.copy_(c);
   }
 }

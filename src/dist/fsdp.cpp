@@ -287,6 +287,7 @@ std::vector<std::pair<std::string, double>> Fsdp::metrics() {
 }
 
 void Fsdp::gather_parameters() {
+  if (!armed_) return;  // every weight is here already
   // Gathers in flight (a prefetch) first, then every unit, in the same order on every rank.
   for (Unit& u : units_) {
     if (!u.pending.empty()) complete(u);

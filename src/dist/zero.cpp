@@ -123,7 +123,7 @@ at::Tensor Zero::combine_gradient_norms(const at::Tensor& norms, std::vector<std
   at::Tensor all = at::zeros({count}, norms.options());
   if (!held.empty()) all.index_copy_(0, at::tensor(held, at::kLong).to(all.device()), norms);
   std::vector<at::Tensor> one{all};
-  ddp_->all_reduce_sum(one);
+  ddp_->all_reduce_sum(one, "gradient norms");
   held.resize(static_cast<std::size_t>(count));
   std::iota(held.begin(), held.end(), std::int64_t{0});
   return one.front();

@@ -46,24 +46,6 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model, const s
   return names;
 }
 
-// Under fsdp (dist/fsdp.h), every weight on every rank while this lives, where the strategy had released the others'
-// (a checkpoint, an evaluation, anomaly checks): a collective, entered by every rank at the same point.
-class WholeParameters {
- public:
-  explicit WholeParameters(dist::Strategy& s) : s_(s), was_released_(s.parameters_released()) {
-    if (was_released_) s_.gather_parameters();
-  }
-  ~WholeParameters() {
-    if (was_released_) s_.release_parameters();
-  }
-  WholeParameters(const WholeParameters&) = delete;
-  WholeParameters& operator=(const WholeParameters&) = delete;
-
- private:
-  dist::Strategy& s_;
-  bool was_released_;
-};
-
 // The trainer state of `saved` for rank `rank`: every entry but the per-rank ones of a sharded checkpoint
 // ("rank.<r>.rng.cpu", "rank.<r>.data...": RNG states and data position), of which it takes its own rank's, or rank 0's
 // where the checkpoint was written by fewer ranks, without the prefix. The rest as saved: the optimizer and the EMA
@@ -325,7 +307,7 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
       if (ema_ && !ran.ema_updated) ema_->update(step_, ran.gradients.skipped);
       mid_step_ = false;
       if (options_.detect_anomaly) {
-        WholeParameters whole(strategy);
+        const auto whole = strategy.whole_parameters();
         check_parameters(*model_, step_, optimizer_->lr());
       }
       samples_ += ran.samples * world;  // every rank takes an equal share (the sampler pads to it)
@@ -348,13 +330,14 @@ FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
     ++result.epochs_completed;
   }
 
-  // --- the end: every weight back on every rank (fsdp), a trace still recording, the last checkpoint, the summary ---
-  if (strategy.parameters_released()) strategy.gather_parameters();
+  // --- the end: a trace still recording, the last checkpoint (a sharded one from the shares the ranks hold), every
+  // weight back on every rank (fsdp), the summary ---
   recorder_->end_profile();
   // A resumed run that was complete has its last step on disk already: nothing new to write.
   if (!result.interrupted && keeper_->enabled() && options_.checkpoint.at_end && !(result.already_complete && step_ == saved_step_)) {
     result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
   }
+  strategy.gather_parameters();
   keeper_->finish_write();
   result.steps = step_;
   result.epochs_in_all = epoch_;
@@ -393,7 +376,7 @@ void Trainer::run_eval(data::BatchSource& val, FitResult& result) {
 std::vector<std::pair<std::string, double>> Trainer::evaluate(data::BatchSource& val) {
   options_.strategy->sync_buffers(*model_);  // every rank evaluates the model rank 0 saves
   // Ranks may evaluate different numbers of batches: no block-by-block gathers, the whole model (fsdp).
-  WholeParameters whole(*options_.strategy);
+  const auto whole = options_.strategy->whole_parameters();
   torch::NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
@@ -532,14 +515,14 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
     // Every rank writes what it holds (share()), in parallel: nothing is gathered.
     const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
                                        std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
-                                       strategy.all_reduce_sum(one);
+                                       strategy.all_reduce_sum(one, "a sharded checkpoint's progress");
                                        return one.front().item<std::int64_t>();
                                      }};
     path = keeper_->save_share(step_, reason, wait, [&](bool copy) { return share(train, copy); }, writers);
   } else {
     // Rank 0 writes everything: what the ranks hold in shares (optimizer state; under fsdp weights and EMA) is gathered
     // to it first (collectives every rank enters at the same step).
-    WholeParameters whole(strategy);
+    const auto whole = strategy.whole_parameters();
     const StateDict optimizer_state = strategy.gather_state(optimizer_->state_dict());
     std::optional<StateDict> ema_state;
     if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
@@ -659,7 +642,7 @@ ckpt::Checkpoint Trainer::share(data::BatchSource* train, bool copy) const {
 }
 
 std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource* train, bool strict) {
-  WholeParameters whole(*options_.strategy);
+  const auto whole = options_.strategy->whole_parameters();
   std::vector<std::string> differences = load_model_tensors(*model_, c.model, strict);
   if (!differences.empty()) {
     // A partial load (strict: false, e.g. a wider head): the optimizer state and data position belong to

@@ -590,7 +590,7 @@ void expect_survivor_stops(const std::string& strategy, int port_offset) {
   // The collective it was in, named: where the kill lands decides which (a gradient all-reduce or, under zero2, a
   // reduce to an owner or the broadcast of the updated shards; or the meters' all-reduce at a logging step).
   EXPECT_THAT(err, ::testing::ContainsRegex("rank 0 of 2: (gradient all-reduce|gradient reduce to rank [01]|broadcast from rank [01]|"
-                                            "all-reduce of meters|agreement on stop and checkpoint decisions|"
+                                            "all-reduce of (meters|gradient norms)|agreement on stop and checkpoint decisions|"
                                             "gather of unit encoder.layers.[01]'s parameters from rank [01]) failed: "))
       << strategy;
   EXPECT_THAT(err, HasSubstr("(another rank stopped, crashed or hangs; dist.timeout_s is 20)")) << strategy;

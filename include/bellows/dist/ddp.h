@@ -55,7 +55,8 @@ class Ddp final : public Strategy {
   void setup(torch::nn::Module& model, const std::vector<at::Tensor>& params) override;
   void sync_buffers(torch::nn::Module& model) override;
   void finish_gradients() override;
-  void all_reduce_sum(std::vector<at::Tensor>& tensors) override;
+  using Strategy::all_reduce_sum;
+  void all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override;
   void barrier() override;
   std::vector<bool> agree(std::vector<bool> flags) override;

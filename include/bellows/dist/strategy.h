@@ -57,7 +57,9 @@ class Strategy {
   virtual void finish_gradients() {}
 
   // In place, summed over ranks (meters, evaluation sums, counts).
-  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) {}
+  // `what` names the sum in a failure's message ("all-reduce of <what> failed").
+  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {}
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) { all_reduce_sum(tensors, "meters"); }
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) {}
   virtual void barrier() {}
   // Decisions every rank must take at the same step (a stop request, a due checkpoint): each flag of the result is
@@ -104,10 +106,29 @@ class Strategy {
 
   // Weights released between uses (fsdp: dist/fsdp.h): from setup() on, the weights another rank owns are held only
   // while their unit runs (parameters_released() is true); gather_parameters() brings every weight back on every rank
-  // (a collective: a whole checkpoint, an evaluation, the end of a fit), release_parameters() lets them go again.
+  // (a collective every rank enters; nothing where none is released: the end of a fit calls it), release_parameters()
+  // lets them go again.
   virtual bool parameters_released() const { return false; }
   virtual void gather_parameters() {}
   virtual void release_parameters() {}
+  // Every weight on every rank while the returned object lives (a whole checkpoint, an evaluation, anomaly checks, a
+  // restore): weights released as above are gathered, and released again when it ends.
+  class WholeParameters {
+   public:
+    explicit WholeParameters(Strategy& s) : s_(s), gathered_(s.parameters_released()) {
+      if (gathered_) s_.gather_parameters();
+    }
+    ~WholeParameters() {
+      if (gathered_) s_.release_parameters();
+    }
+    WholeParameters(const WholeParameters&) = delete;
+    WholeParameters& operator=(const WholeParameters&) = delete;
+
+   private:
+    Strategy& s_;
+    bool gathered_;
+  };
+  WholeParameters whole_parameters() { return WholeParameters(*this); }
 
   // Accumulation micro-steps: `auto guard = strategy.no_sync();` -- no communication until it ends.
   class NoSync {

@@ -56,7 +56,8 @@ class Zero : public Strategy {
   void sync_buffers(torch::nn::Module& model) override { ddp_->sync_buffers(model); }
   void backward(const at::Tensor& loss) override;
   void finish_gradients() override { ddp_->finish_gradients(); }
-  void all_reduce_sum(std::vector<at::Tensor>& tensors) override { ddp_->all_reduce_sum(tensors); }
+  using Strategy::all_reduce_sum;
+  void all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) override { ddp_->all_reduce_sum(tensors, what); }
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) override { ddp_->broadcast(tensors, root); }
   void barrier() override { ddp_->barrier(); }
   std::vector<bool> agree(std::vector<bool> flags) override { return ddp_->agree(std::move(flags)); }

@@ -18,10 +18,11 @@ With --ranks N (N > 1) the job is `bellows launch -n N -- train ... dist.strateg
 fsdp write sharded checkpoints, each rank its shard-0000r-of-0000N.safetensors, rank 0 the manifest last) on the
 96-row CSV of tests/e2e/dist_cli_test.cpp (written into the work directory; an MLP of 4 -> 16 -> 1 unless --config
 names a model, e.g. tests/reliability/soak_transformer.yaml for fsdp). Each kill is SIGKILL of one rank chosen at
-random (found as a child of the launcher by its RANK); the surviving ranks must then stop with an error (their
-collectives fail, dist.timeout_s at the latest; the launcher stops them too) and nothing may be left running. The
-next life must resume from the newest checkpoint that verified, and the final checkpoint's shards are compared byte
-for byte with the reference's (on a difference: which tensors differ).
+random (found as a child of the launcher by its RANK); the surviving ranks must then stop, with an error when their
+collective fails or quietly at the launcher's SIGTERM in start-up, within dist.timeout_s (+5 s; not at the
+launcher's SIGKILL after its 30 s grace), and nothing may be left running. The next life must resume from the newest
+checkpoint that verified, and the final checkpoint's shards are compared byte for byte with the reference's (on a
+difference: which tensors differ). --json lists what each kill did.
 
 Prints a summary and writes --json; exits 1 when a check fails. Standard library only.
 """
@@ -287,7 +288,8 @@ def main():
         random_in_training = 0      # random kills of a life that had logged an epoch
         stop_seconds = []            # from the kill to the launcher's exit, every rank gone
         launcher_codes = {}          # exit code -> count
-        hung = left_running = 0
+        hung = left_running = survivors_silent = survivors_late = 0
+        per_life = []                # with --ranks: what each kill did
         resume_checks = {"as_expected": 0, "wrong": 0, "not_reached": 0}
         wrong_resumes = []
         expected = None              # the newest checkpoint that verified after the last kill
@@ -314,6 +316,7 @@ def main():
             log = open(life_log, "w")
             p = subprocess.Popen(args_for(work / "soaked", free_port() if multi else None) + ["resume=auto"],
                                  stdout=log, stderr=subprocess.STDOUT, env=env)
+            started = time.time()
             launched.append(p.pid)
             lives += 1
             # Every other kill waits for the 1st to 3rd checkpoint write of this life to begin (so that the job makes
@@ -363,8 +366,8 @@ def main():
                 except ProcessLookupError:
                     pass
                 killed_at = time.time()
-                if writes() - before:  # a write of this life was under way at the kill
-                    under_way += 1
+                write_under_way = bool(writes() - before)  # a write of this life was under way at the kill
+                under_way += write_under_way
                 victims[victim] = victims.get(victim, 0) + 1
                 try:
                     p.wait(timeout=a.timeout_s + 60)  # the survivors fail within dist.timeout_s; the launcher's grace is 30 s
@@ -384,6 +387,24 @@ def main():
             log.close()
             kills += 1
             text = life_log.read_text(errors="replace")
+            if multi:
+                # A survivor stops with an error naming its rank ("bellows: resource error: rank 1 of 2: ...") when a
+                # collective fails, or quietly at the launcher's SIGTERM (in start-up, before any collective); either way
+                # within dist.timeout_s, not at the launcher's SIGKILL after its grace (30 s).
+                reported = {int(r) for r in re.findall(r"^bellows: [a-z ]*error: rank (\d+) of ", text, re.M)} - {victim}
+                silent = a.ranks - 1 - len(reported)
+                late = stop_seconds[-1] > a.timeout_s + 5
+                survivors_silent += silent
+                survivors_late += late
+                if late:
+                    failures.append(f"life {lives} ({'write' if targeted else 'random'} kill of rank {victim}, "
+                                    f"{killed_at - started:.2f} s after the start{', in start-up' if ' optimizer steps' not in text else ''}): every rank gone {stop_seconds[-1]:.1f} s after the "
+                                    f"kill (dist.timeout_s {a.timeout_s}); log {life_log.name}")
+                per_life.append({"life": lives, "kind": "write" if targeted else "random", "rank_killed": victim,
+                                 "seconds_after_start": round(killed_at - started, 2),
+                                 "in_start_up": " optimizer steps\n" not in text, "write_under_way": write_under_way,
+                                 "seconds_to_all_gone": round(stop_seconds[-1], 2),
+                                 "launcher_exit": p.returncode, "survivor_errors": re.findall(r"^bellows: [a-z ]*error: .{0,160}", text, re.M)})
             check_resume(text)
             if not targeted and re.search(r"^epoch \d+/\d+ ", text, re.M):
                 random_in_training += 1
@@ -437,7 +458,9 @@ def main():
             "random_kills_after_training_began": random_in_training, "reference_startup_seconds": round(startup_s, 1),
             "launcher_exit_codes": {str(k): v for k, v in sorted(launcher_codes.items())},
             "seconds_from_kill_to_all_ranks_gone_max": round(max(stop_seconds), 2) if stop_seconds else None,
-            "kills_while_a_write_was_under_way": under_way, "launchers_hung": hung, "rank_processes_left_running": left_running, "differing_tensors": differences[:50],
+            "kills_while_a_write_was_under_way": under_way, "launchers_hung": hung, "rank_processes_left_running": left_running,
+            "survivors_stopped_quietly_by_the_launcher": survivors_silent, "lives_whose_survivors_outlived_dist_timeout_s": survivors_late,
+            "differing_tensors": differences[:50], "lives": per_life,
         })
     print(f"kill -9 soak: {kills}/{a.kills} kills ({in_write} inside a checkpoint write), {resumed_from} resumed runs, "
           f"final run exit {last.returncode}")
@@ -446,6 +469,8 @@ def main():
         print(f"  {a.ranks} ranks, dist.strategy={a.strategy}; killed ranks {summary['killed_rank_counts']}; launcher exits "
               f"{summary['launcher_exit_codes']}; every rank gone at most {summary['seconds_from_kill_to_all_ranks_gone_max']} s "
               f"after a kill; hung {hung}, left running {left_running}")
+        print(f"  survivors stopped quietly by the launcher's SIGTERM (no error of their own: killed in start-up): "
+              f"{survivors_silent}; lives whose survivors outlived dist.timeout_s={a.timeout_s} (+5 s): {survivors_late}")
         print(f"  random kills after training began (an epoch logged): {random_in_training} of {(kills + 1) // 2}")
     print(f"  lives that resumed from the newest valid checkpoint (or started afresh with none): {resume_checks['as_expected']}; "
           f"from another: {resume_checks['wrong']}; killed before resuming: {resume_checks['not_reached']}")

@@ -9,7 +9,6 @@
 #include <ATen/core/ivalue.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fnmatch.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
@@ -17,6 +16,7 @@
 #include <mutex>
 
 #include "bellows/util/check.h"
+#include "bellows/util/name_patterns.h"  // defines: select_names
 
 namespace bellows::models {
 namespace {
@@ -273,24 +273,7 @@ at::Tensor Checkpointable::run_block(const std::string& name, torch::nn::Module&
 
 std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks,
                                        const std::string& key) {
-  std::set<std::string> chosen;
-  for (const auto& pattern : patterns) {
-    bool any = false;
-    for (const auto& b : blocks) {
-      if (fnmatch(pattern.c_str(), b.c_str(), 0) == 0) {
-        chosen.insert(b);
-        any = true;
-      }
-    }
-    BELLOWS_CHECK_CONFIG(any, fmt::format("{}: pattern '{}' matches no block of the model", key, pattern),
-                         blocks.empty() ? std::string("this model has no checkpointable blocks")
-                                        : fmt::format("blocks: {}", fmt::join(blocks, ", ")));
-  }
-  std::vector<std::string> ordered;
-  for (const auto& b : blocks) {
-    if (chosen.contains(b)) ordered.push_back(b);
-  }
-  return ordered;
+  return select_names(patterns, blocks, key);
 }
 
 std::vector<std::string> apply_checkpointing(torch::nn::Module& model, const std::vector<std::string>& patterns) {

@@ -15,19 +15,21 @@ data::Batch probe_batch(const data::Dataset& train, std::int64_t samples, bool s
   samples = std::min(samples, train.size());
   const std::int64_t stride = spread ? train.size() / samples : 1;
   std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
-  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = spread ? (start + i * stride) % train.size() : i;
+  for (std::int64_t i = 0; i < samples; ++i)
+    first[static_cast<std::size_t>(i)] = spread ? (start + i * stride) % train.size() : i;
   data::FetchContext context;
   data::Batch batch = train.get_batch(first, context);
   train.finish_on_device(batch);
   return batch;
 }
 
-std::optional<std::int64_t> measure_step_peak(torch::nn::Module& model, Task& task, const train::TrainerOptions& options,
-                                              const data::Batch& batch) {
+std::optional<std::int64_t> measure_step_peak(torch::nn::Module& model, Task& task,
+                                              const train::TrainerOptions& options, const data::Batch& batch) {
   const c10::Device device = options.device;
   if (!obs::memory_stats(device).tracked) return std::nullopt;
   model.to(device);  // where the trainer puts it
-  const std::unique_ptr<precision::Precision> policy = precision::make_precision(options.precision, device, options.scaler);
+  const std::unique_ptr<precision::Precision> policy =
+      precision::make_precision(options.precision, device, options.scaler);
   train::StepUndo undo(model);  // the buffers (BatchNorm statistics) and RNG states the step changes
   undo.save();
   const bool was_training = model.is_training();

@@ -25,7 +25,7 @@ data::Batch probe_batch(const data::Dataset& train, std::int64_t samples, bool s
 // device, where the model is moved; gradients, buffers and RNG states are put back, also when it fails (an
 // out-of-memory error is rethrown). What Trainer::measure_step_memory measures, without a trainer. std::nullopt where
 // the device's memory is not counted (obs/memory.h).
-std::optional<std::int64_t> measure_step_peak(torch::nn::Module& model, Task& task, const train::TrainerOptions& options,
-                                              const data::Batch& batch);
+std::optional<std::int64_t> measure_step_peak(torch::nn::Module& model, Task& task,
+                                              const train::TrainerOptions& options, const data::Batch& batch);
 
 }  // namespace bellows::app

@@ -112,15 +112,17 @@ void choose_by_memory(StrategySetup& setup, const config::Config& c, const hw::H
     // --- the probe step on rank 0: activations (and gradients, subtracted by the entries) ---
     const bool finder = config::is_word(c, "data.batch_size", "auto");
     r.activation_samples = finder ? 1 : std::min(loaded_batch_size(c, job.world_size()), train.size());
-    r.activation_basis = finder ? "single samples (the largest of 4; data.batch_size: auto fits the micro-batch afterwards)"
-                                : fmt::format("micro-batches of {} samples (the largest of 4, each spread over the data)", r.activation_samples);
+    r.activation_basis =
+        finder ? "single samples (the largest of 4; data.batch_size: auto fits the micro-batch afterwards)"
+               : fmt::format("micro-batches of {} samples (the largest of 4, each spread over the data)", r.activation_samples);
     // Four micro-batches, each of samples at equal strides over the data (as a shuffled batch mixes them), the largest
     // peak: samples of varying size (text padded per batch) make the first samples a poor guess of the run's batches.
     std::int64_t& peak = r.facts.step_peak_bytes;
     try {
       for (std::int64_t k = 0; k < 4 && peak != -2; ++k) {
         const std::int64_t offset = k * std::max<std::int64_t>(1, train.size() / r.activation_samples / 4);
-        const std::optional<std::int64_t> step = measure_step_peak(model, task, options, probe_batch(train, r.activation_samples, true, offset));
+        const data::Batch batch = probe_batch(train, r.activation_samples, /*spread=*/true, offset);
+        const std::optional<std::int64_t> step = measure_step_peak(model, task, options, batch);
         peak = step ? std::max(peak, *step) : -2;
       }
     } catch (...) {
@@ -137,7 +139,8 @@ void choose_by_memory(StrategySetup& setup, const config::Config& c, const hw::H
   setup.why += "; " + std::string(job.is_main() ? "" : "rank 0's: ") + text.substr(newline + 1);
   if (name == job.name()) return;
   const dist::StrategyRequest request{c, process, p.device, "", std::dynamic_pointer_cast<dist::Ddp>(setup.strategy)};
-  BELLOWS_CHECK(request.joined != nullptr, fmt::format("dist.strategy: auto joined as {}, not a process group", job.name()), "report this bug");
+  BELLOWS_CHECK(request.joined != nullptr, fmt::format("dist.strategy: auto joined as {}, not a process group", job.name()),
+                "report this bug");
   setup.strategy = dist::find_strategy(name).make(request);
 }
 

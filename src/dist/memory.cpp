@@ -11,7 +11,9 @@ std::int64_t activation_bytes(const MemoryFacts& f) {
   return f.step_peak_bytes >= 0 ? std::max<std::int64_t>(0, f.step_peak_bytes - f.trainable_bytes) : 0;
 }
 
-std::int64_t optimizer_state_bytes(const MemoryFacts& f) { return f.optimizer_states * f.trainable_bytes; }
+std::int64_t optimizer_state_bytes(const MemoryFacts& f) {
+  return f.optimizer_states * f.trainable_bytes;
+}
 
 std::int64_t sharded_gradient_bytes(const MemoryFacts& f) {
   return std::min(f.trainable_bytes, f.trainable_bytes / f.world_size + 2 * f.bucket_bytes);

@@ -68,10 +68,11 @@ StrategyChoice plan_strategy(const StrategyRequest& r, const hw::HardwareInfo& h
   const dist::MemoryFacts& f = r.facts;
   std::string measured;
   if (f.step_peak_bytes == -2) measured = "activations not counted on this device";
-  else if (f.step_peak_bytes == -1) measured = fmt::format("a probe step on {} ran out of memory with every gradient whole", r.activation_basis);
+  else if (f.step_peak_bytes == -1)
+    measured = fmt::format("a probe step on {} ran out of memory with every gradient whole", r.activation_basis);
   else measured = fmt::format("activations measured on {}", r.activation_basis);
   if (f.checkpoints) {
-    measured += fmt::format("; checkpoints {}", f.checkpoint_layout == "auto" ? "in each strategy's layout" : "in the " + f.checkpoint_layout + " layout");
+    measured += f.checkpoint_layout == "auto" ? "; checkpoints in each strategy's layout" : "; checkpoints in the " + f.checkpoint_layout + " layout";
   }
   // --- the choice: auto's options in its order, the first that fits ---
   std::vector<const RankMemory*> tried;
@@ -96,10 +97,12 @@ StrategyChoice plan_strategy(const StrategyRequest& r, const hw::HardwareInfo& h
       if (o->unfit.empty() && (least == nullptr || o->total() < least->total())) least = o;
     }
     choice.name = (least != nullptr ? least : tried.front())->strategy;
+    const bool whole_checkpoints = f.checkpoints && f.checkpoint_layout != "sharded";
     why = fmt::format("auto: no strategy fits {:.0f}% of {} ({} MB); {} {}: expect to run out of memory (try "
                       "checkpointing: auto, bf16-mixed, a smaller micro-batch{} or more ranks)",
                       100 * (1 - kStrategyMemoryMargin), budget_what, megabytes(budget), choice.name,
-                      least != nullptr ? "holds least" : "is tried, though none can run it", f.checkpoints && f.checkpoint_layout != "sharded" ? ", checkpoint.layout: sharded" : "");
+                      least != nullptr ? "holds least" : "is tried, though none can run it",
+                      whole_checkpoints ? ", checkpoint.layout: sharded" : "");
   }
   std::string options;
   for (const RankMemory& o : choice.options) options += "; " + describe_rank_memory(o);

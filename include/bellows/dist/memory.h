@@ -29,7 +29,8 @@ struct BlockBytes {
 // What a strategy's memory is sized from.
 struct MemoryFacts {
   int world_size = 2;
-  const config::Config* config = nullptr;  // the run's config: an entry's own keys (dist.fsdp_units); null: their defaults
+  // The run's config, for an entry's own keys (dist.fsdp_units); null: their defaults.
+  const config::Config* config = nullptr;
   std::int64_t weight_bytes = 0;           // every parameter (trainable and frozen) and buffer, each storage once
   std::int64_t trainable_bytes = 0;        // the trainable parameters (what has gradients and optimizer state)
   std::int64_t trainable_tensors = 0;      // a strategy that gives each tensor one owner needs one per rank at least
@@ -41,7 +42,7 @@ struct MemoryFacts {
   // A probe step with every weight and gradient on one rank (no communication): its peak above what was held before
   // it; -1: it ran out of memory; -2: memory on the device is not counted.
   std::int64_t step_peak_bytes = 0;
-  bool checkpoints = false;                // checkpoint.enabled
+  bool checkpoints = false;                 // checkpoint.enabled
   std::string checkpoint_layout = "whole";  // whole | sharded (registry.h's rank_bytes resolves auto to the entry's)
   bool host_memory = true;  // the rank's memory is the host's (training on the CPU): a checkpoint's host copies count
 };

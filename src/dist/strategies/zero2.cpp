@@ -21,7 +21,8 @@ RankBytes zero2_memory(const MemoryFacts& f) {
   b.optimizer = state / w;
   b.ema = f.ema ? f.weight_bytes : 0;
   b.activations = activation_bytes(f);
-  b.checkpoint = checkpoint_bytes(f, state - state / w, b.activations + b.gradients - std::min(b.gradients, f.trainable_bytes / w) + update);
+  const std::int64_t freed = b.activations + b.gradients - std::min(b.gradients, f.trainable_bytes / w) + update;
+  b.checkpoint = checkpoint_bytes(f, state - state / w, freed);
   b.unfit = too_few_tensors(f);
   return b;
 }

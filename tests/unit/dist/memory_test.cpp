@@ -25,7 +25,8 @@ MemoryFacts facts(int world_size) {
   f.weight_bytes = 10 * kMB;
   f.trainable_bytes = 10 * kMB;
   f.trainable_tensors = 10;
-  f.blocks = {{"layers.0", {{&kIds[0], 2 * kMB}, {&kIds[1], 2 * kMB}}}, {"layers.1", {{&kIds[2], 2 * kMB}, {&kIds[3], 2 * kMB}}}};
+  f.blocks = {{"layers.0", {{&kIds[0], 2 * kMB}, {&kIds[1], 2 * kMB}}},
+              {"layers.1", {{&kIds[2], 2 * kMB}, {&kIds[3], 2 * kMB}}}};
   f.optimizer_states = 2;
   f.ema = true;
   f.bucket_bytes = kMB;
@@ -40,7 +41,9 @@ MemoryFacts with_checkpoints(MemoryFacts f, const std::string& layout, bool host
   return f;
 }
 
-RankBytes bytes(const std::string& strategy, const MemoryFacts& f) { return rank_bytes(find_strategy(strategy), f); }
+RankBytes bytes(const std::string& strategy, const MemoryFacts& f) {
+  return rank_bytes(find_strategy(strategy), f);
+}
 
 // weights, gradients, optimizer, ema, activations, checkpoint in MB (x 10, for the halves and quarters)
 std::vector<std::int64_t> tenths(const RankBytes& b) {
@@ -68,8 +71,9 @@ TEST(StrategyMemory, DdpHoldsEveryTensorAndItsCheckpointIsRankZerosHostCopy) {
 }
 
 TEST(StrategyMemory, Zero2ShardsStateAndGradientsAndAWholeCheckpointGathersTheStateOnRankZero) {
-  EXPECT_EQ(tenths(bytes("zero2", facts(1))), (Tenths{200, 100, 200, 100, 30, 0}));  // + the update's buffer (all of it)
-  EXPECT_EQ(tenths(bytes("zero2", facts(2))), (Tenths{150, 70, 100, 100, 30, 0}));   // a 5 MB share + two buckets
+  // The weights and the update's buffer (all of them at 1 rank); a share of the gradients and two buckets.
+  EXPECT_EQ(tenths(bytes("zero2", facts(1))), (Tenths{200, 100, 200, 100, 30, 0}));
+  EXPECT_EQ(tenths(bytes("zero2", facts(2))), (Tenths{150, 70, 100, 100, 30, 0}));
   EXPECT_EQ(tenths(bytes("zero2", facts(4))), (Tenths{125, 45, 50, 100, 30, 0}));
   // auto is sharded under zero2: nothing beside the training state on several ranks.
   EXPECT_EQ(bytes("zero2", with_checkpoints(facts(2), "auto")).checkpoint, 0);
@@ -91,7 +95,7 @@ TEST(StrategyMemory, Zero1KeepsDdpsGradients) {
 }
 
 TEST(StrategyMemory, FsdpShardsTheBlocksWeightsAndAWholeCheckpointGathersEveryWeight) {
-  // 2 MB outside + 8 / w in the units between steps; three units' worth (12 MB) and the outside's update while one runs.
+  // 2 MB outside + 8 / w in the units between steps; three units (12 MB) and the outside's update while one runs.
   EXPECT_EQ(tenths(bytes("fsdp", facts(1))), (Tenths{240, 100, 200, 100, 30, 0}));
   EXPECT_EQ(tenths(bytes("fsdp", facts(2))), (Tenths{190, 70, 100, 60, 30, 0}));
   EXPECT_EQ(tenths(bytes("fsdp", facts(4))), (Tenths{165, 45, 50, 40, 30, 0}));
@@ -101,7 +105,7 @@ TEST(StrategyMemory, FsdpShardsTheBlocksWeightsAndAWholeCheckpointGathersEveryWe
   // host copies; 18 MB let go (activations, buckets in flight, three units and the update).
   EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(2), "whole")).checkpoint, 40 * kMB);
   EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(4), "whole")).checkpoint, 495 * kMB / 10);  // 6 + 15 + 6 + 40 - 17.5
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(1), "sharded")).checkpoint, 23 * kMB);        // 40 - 17
+  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(1), "sharded")).checkpoint, 23 * kMB);      // 40 - 17
 }
 
 TEST(StrategyMemory, FsdpFindsItsUnitsInTheBlocksOrSaysWhyItCannotTrain) {
@@ -109,7 +113,7 @@ TEST(StrategyMemory, FsdpFindsItsUnitsInTheBlocksOrSaysWhyItCannotTrain) {
   f.blocks = {{"layers.0", {{&kIds[0], 1 * kMB}}}, {"layers.1", {{&kIds[1], 3 * kMB}, {&kIds[2], 2 * kMB}}}};
   EXPECT_EQ(bytes("fsdp", f).weights, (10 - 6 + 3 + 3 * 5 + 2) * kMB);  // largest unit 5 MB; 4 MB outside, / 2 updated
   const config::Config units = config::Config::parse("dist:\n  fsdp_units: [\"layers.0\"]\n", "units.yaml");
-  f.config = &units;  // dist.fsdp_units: the first block only
+  f.config = &units;                              // dist.fsdp_units: the first block only
   EXPECT_EQ(bytes("fsdp", f).weights, 17 * kMB);  // 9 outside + 0.5, one unit of 1 MB x 3, 9 / 2 updated
   f.config = nullptr;
   f.blocks[1].trainable.push_back({&kIds[0], 1 * kMB});  // layers.0's tensor in layers.1 too

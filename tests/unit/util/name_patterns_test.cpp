@@ -14,7 +14,8 @@ using test_support::error_from;
 
 TEST(NamePatterns, PatternsSelectNamesInTheirOrderOnce) {
   const std::vector<std::string> names = {"layers.0", "layers.1", "layers.10", "head"};
-  EXPECT_EQ(select_names({"head", "layers.1*"}, names, "dist.fsdp_units"), (std::vector<std::string>{"layers.1", "layers.10", "head"}));
+  EXPECT_EQ(select_names({"head", "layers.1*"}, names, "dist.fsdp_units"),
+            (std::vector<std::string>{"layers.1", "layers.10", "head"}));
   EXPECT_EQ(select_names({"*", "layers.?"}, names, "checkpointing"), names);  // `*` matches dots; each name once
   EXPECT_TRUE(select_names({}, names, "checkpointing").empty());
 }
@@ -24,7 +25,8 @@ TEST(NamePatterns, APatternThatSelectsNothingNamesItsKeyAndTheNames) {
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
   EXPECT_EQ(e.message(), "dist.fsdp_units: pattern 'decoder.*' matches no block of the model");
   EXPECT_EQ(e.hint(), "blocks: layers.0, head");
-  EXPECT_EQ(error_from([] { select_names({"x"}, {}, "checkpointing"); }).hint(), "this model has no checkpointable blocks");
+  EXPECT_EQ(error_from([] { select_names({"x"}, {}, "checkpointing"); }).hint(),
+            "this model has no checkpointable blocks");
 }
 
 }  // namespace

@@ -46,66 +46,75 @@ RankBytes bytes(const std::string& strategy, const MemoryFacts& f) {
 }
 
 // weights, gradients, optimizer, ema, activations, checkpoint in MB (x 10, for the halves and quarters)
-std::vector<std::int64_t> tenths(const RankBytes& b) {
+using Tenths = std::vector<std::int64_t>;
+Tenths tenths(const RankBytes& b) {
   const auto t = [](std::int64_t v) { return v * 10 / kMB; };
   return {t(b.weights), t(b.gradients), t(b.optimizer), t(b.ema), t(b.activations), t(b.checkpoint)};
 }
-using Tenths = std::vector<std::int64_t>;
+
+// A strategy's categories at 1, 2 and 4 ranks, without checkpoints.
+std::vector<Tenths> at_1_2_4_ranks(const std::string& strategy) {
+  return {tenths(bytes(strategy, facts(1))), tenths(bytes(strategy, facts(2))), tenths(bytes(strategy, facts(4)))};
+}
+
+// Its checkpoint category at 1, 2 and 4 ranks under `layout`, MB x 10; host_memory false: training on a GPU.
+Tenths checkpoint_at_1_2_4_ranks(const std::string& strategy, const std::string& layout, bool host_memory = true) {
+  Tenths out;
+  for (const int w : {1, 2, 4})
+    out.push_back(tenths(bytes(strategy, with_checkpoints(facts(w), layout, host_memory))).back());
+  return out;
+}
 
 TEST(StrategyMemory, DdpHoldsEveryTensorAndItsCheckpointIsRankZerosHostCopy) {
-  for (const int w : {1, 2, 4}) {
-    const RankBytes b = bytes("ddp", facts(w));
-    EXPECT_EQ(tenths(b), (Tenths{100, 200, 200, 100, 30, 0})) << w;  // the buckets and backward's fresh gradients
-    EXPECT_EQ(b.total(), 63 * kMB);
-    EXPECT_TRUE(b.unfit.empty());
-    // Whole on rank 0: host copies of the weights, the optimizer state and the EMA (40 MB), between steps, where the
-    // activations and backward's fresh gradients (13 MB) are gone: 27 MB above the step's peak.
-    EXPECT_EQ(bytes("ddp", with_checkpoints(facts(w), "auto")).checkpoint, 27 * kMB) << w;
-    EXPECT_EQ(bytes("ddp", with_checkpoints(facts(w), "whole")).checkpoint, 27 * kMB) << w;
-    // On a GPU the host copies are not the rank's memory.
-    EXPECT_EQ(bytes("ddp", with_checkpoints(facts(w), "whole", /*host_memory=*/false)).checkpoint, 0) << w;
-  }
+  // Every rank the same: the buckets and backward's fresh gradients, the whole optimizer state.
+  const Tenths each = {100, 200, 200, 100, 30, 0};
+  EXPECT_EQ(at_1_2_4_ranks("ddp"), (std::vector<Tenths>{each, each, each}));
+  EXPECT_EQ(bytes("ddp", facts(2)).total(), 63 * kMB);
+  // Whole (auto under ddp) on rank 0: host copies of the weights, the optimizer state and the EMA (40 MB), between
+  // steps, where the activations and backward's fresh gradients (13 MB) are gone: 27 MB above the step's peak.
+  EXPECT_EQ(checkpoint_at_1_2_4_ranks("ddp", "auto"), (Tenths{270, 270, 270}));
+  EXPECT_EQ(checkpoint_at_1_2_4_ranks("ddp", "whole"), (Tenths{270, 270, 270}));
+  // On a GPU the host copies are host memory, not the rank's.
+  EXPECT_EQ(checkpoint_at_1_2_4_ranks("ddp", "whole", /*host_memory=*/false), (Tenths{0, 0, 0}));
   // Sharded (asked for): each rank writes from what it holds; one process's background write still copies it.
-  EXPECT_EQ(bytes("ddp", with_checkpoints(facts(2), "sharded")).checkpoint, 0);
-  EXPECT_EQ(bytes("ddp", with_checkpoints(facts(1), "sharded")).checkpoint, 27 * kMB);
+  EXPECT_EQ(checkpoint_at_1_2_4_ranks("ddp", "sharded"), (Tenths{270, 0, 0}));
 }
 
-TEST(StrategyMemory, Zero2ShardsStateAndGradientsAndAWholeCheckpointGathersTheStateOnRankZero) {
-  // The weights and the update's buffer (all of them at 1 rank); a share of the gradients and two buckets.
-  EXPECT_EQ(tenths(bytes("zero2", facts(1))), (Tenths{200, 100, 200, 100, 30, 0}));
-  EXPECT_EQ(tenths(bytes("zero2", facts(2))), (Tenths{150, 70, 100, 100, 30, 0}));
-  EXPECT_EQ(tenths(bytes("zero2", facts(4))), (Tenths{125, 45, 50, 100, 30, 0}));
-  // auto is sharded under zero2: nothing beside the training state on several ranks.
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(2), "auto")).checkpoint, 0);
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(4), "sharded")).checkpoint, 0);
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(1), "auto")).checkpoint, 27 * kMB);  // one process: its host copy
-  // Whole: rank 0 gathers the others' optimizer state (10 MB at 2 ranks) and copies 40 MB to the host; the buckets in
-  // flight, the update's buffer and the activations (10 MB) are gone by then.
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(2), "whole")).checkpoint, 40 * kMB);
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(4), "whole")).checkpoint, 475 * kMB / 10);  // 15 + 40 - 7.5
-  // On a GPU the gathered state is on the device, the host copies are not: 10 MB, within what the step let go.
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(2), "whole", false)).checkpoint, 0);
-  EXPECT_EQ(bytes("zero2", with_checkpoints(facts(4), "whole", false)).checkpoint, 75 * kMB / 10);  // 15 - 7.5
-}
-
-TEST(StrategyMemory, Zero1KeepsDdpsGradients) {
-  EXPECT_EQ(tenths(bytes("zero1", facts(2))), (Tenths{150, 200, 100, 100, 30, 0}));
-  EXPECT_EQ(bytes("zero1", with_checkpoints(facts(2), "whole")).checkpoint, 32 * kMB);  // 10 + 40 - (3 + 10 + 5)
-  EXPECT_EQ(bytes("zero1", with_checkpoints(facts(2), "auto")).checkpoint, 0);
-}
-
-TEST(StrategyMemory, FsdpShardsTheBlocksWeightsAndAWholeCheckpointGathersEveryWeight) {
-  // 2 MB outside + 8 / w in the units between steps; three units (12 MB) and the outside's update while one runs.
-  EXPECT_EQ(tenths(bytes("fsdp", facts(1))), (Tenths{240, 100, 200, 100, 30, 0}));
-  EXPECT_EQ(tenths(bytes("fsdp", facts(2))), (Tenths{190, 70, 100, 60, 30, 0}));
-  EXPECT_EQ(tenths(bytes("fsdp", facts(4))), (Tenths{165, 45, 50, 40, 30, 0}));
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(2), "auto")).checkpoint, 0);
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(4), "sharded")).checkpoint, 0);
-  // Whole at 2 ranks: the units' other half (4 MB), the others' optimizer state (10) and EMA (4) gathered, 40 MB of
-  // host copies; 18 MB let go (activations, buckets in flight, three units and the update).
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(2), "whole")).checkpoint, 40 * kMB);
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(4), "whole")).checkpoint, 495 * kMB / 10);  // 6 + 15 + 6 + 40 - 17.5
-  EXPECT_EQ(bytes("fsdp", with_checkpoints(facts(1), "sharded")).checkpoint, 23 * kMB);      // 40 - 17
+// zero1, zero2 and fsdp at 1, 2 and 4 ranks, and their checkpoint category under auto (sharded: nothing beside the
+// training state on several ranks; one process copies what it holds) and whole (rank 0 gathers the others' optimizer
+// state, under fsdp every weight and the EMA too, and copies 40 MB to the host, less what the step let go).
+TEST(StrategyMemory, ShardingStrategiesByRanksAndCheckpointLayouts) {
+  struct Expected {
+    std::string strategy;
+    std::vector<Tenths> by_ranks;
+    Tenths auto_checkpoint, whole_checkpoint;
+  };
+  const std::vector<Expected> table = {
+      // ddp's gradients; the optimizer state / w and the update's buffer. Whole at 2 ranks: 10 + 40 - (3 + 10 + 5).
+      {"zero1",
+       {{200, 200, 200, 100, 30, 0}, {150, 200, 100, 100, 30, 0}, {125, 200, 50, 100, 30, 0}},
+       {170, 0, 0},
+       {170, 320, 395}},
+      // A share of the gradients and two buckets. Whole at 2 ranks: 10 + 40 - 10 (activations, buckets, update).
+      {"zero2",
+       {{200, 100, 200, 100, 30, 0}, {150, 70, 100, 100, 30, 0}, {125, 45, 50, 100, 30, 0}},
+       {270, 0, 0},
+       {270, 400, 475}},
+      // 2 MB outside + 8 / w in the units between steps; three units (12 MB) and the outside's update while one runs.
+      // Whole at 2 ranks: 4 + 10 + 4 gathered, 40 copied, 18 let go (activations, buckets, three units, update).
+      {"fsdp",
+       {{240, 100, 200, 100, 30, 0}, {190, 70, 100, 60, 30, 0}, {165, 45, 50, 40, 30, 0}},
+       {230, 0, 0},
+       {230, 400, 495}},
+  };
+  for (const Expected& e : table) {
+    EXPECT_EQ(at_1_2_4_ranks(e.strategy), e.by_ranks) << e.strategy;
+    EXPECT_EQ(checkpoint_at_1_2_4_ranks(e.strategy, "auto"), e.auto_checkpoint) << e.strategy;
+    EXPECT_EQ(checkpoint_at_1_2_4_ranks(e.strategy, "sharded"), e.auto_checkpoint) << e.strategy;
+    EXPECT_EQ(checkpoint_at_1_2_4_ranks(e.strategy, "whole"), e.whole_checkpoint) << e.strategy;
+  }
+  // On a GPU the gathered state is on the device, the host copies are not: zero2's 15 MB at 4 ranks less 7.5 let go.
+  EXPECT_EQ(checkpoint_at_1_2_4_ranks("zero2", "whole", /*host_memory=*/false), (Tenths{0, 0, 75}));
 }
 
 TEST(StrategyMemory, FsdpFindsItsUnitsInTheBlocksOrSaysWhyItCannotTrain) {

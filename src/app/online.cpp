@@ -116,14 +116,13 @@ void OnlineTrainer::construct(const config::Config& c) {
                                    config::get_string(c, "data.source"), c.origin("data.source").str()),
                        "set data.source: stream; the program pushes the samples");
   // The run assembled as `bellows train` assembles one (run_assembly.h), as sessions over pushed samples.
-  AssemblyOptions o;
-  o.online = true;
+  RunOptions o;
   const std::string console = config::get_string(c, "online.console");
   o.console = console == "none" ? nullptr : console == "stderr" ? stderr : stdout;
   o.sinks = {p.latest};
   o.stop_flag = &stop_;
   buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
-  AssembledRun a = assemble_run(c, o);
+  AssembledRun a = assemble_online(c, o);
   p.plan = std::move(a.plan);
   p.model = std::move(a.model);
   p.trainer = std::move(a.trainer);

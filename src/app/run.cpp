@@ -1,5 +1,5 @@
-// Config-driven training runs; see run.h. The run itself is assembled by assemble_run (run_assembly.h), which online
-// training shares.
+// Config-driven training runs; see run.h. The run itself is assembled by assemble_run (run_assembly.h), whose common
+// stages online training shares.
 #include "bellows/app/run.h"
 
 #include <fmt/format.h>
@@ -48,7 +48,7 @@ plan::Plan plan_with_auto_precision(const config::Config& c, const hw::HardwareI
 }
 
 RunResult run(const config::Config& c, const RunOptions& options) {
-  AssembledRun a = assemble_run(c, AssemblyOptions{options});
+  AssembledRun a = assemble_run(c, options);
 
   // --- train ---
   RunResult result;

@@ -8,8 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <map>
-#include <unordered_set>
+#include <optional>
 
 #include "bellows/app/model_setup.h"
 #include "bellows/app/precision_trial.h"
@@ -20,7 +19,6 @@
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
 #include "bellows/config/paths.h"  // defines: check_path_exists
-#include "bellows/dist/ddp.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
@@ -29,44 +27,17 @@
 #include "bellows/models/dropout.h"
 #include "bellows/plan/batch_size.h"
 #include "bellows/plan/checkpointing.h"
-#include "bellows/plan/strategy.h"
 #include "bellows/train/step_graph.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
+#include "step_probe.h"  // defines: probe_batch
 
 namespace bellows::app {
 namespace fs = std::filesystem;
 using train::Trainer;
 
 namespace {
-
-// `samples` samples of the training data as one batch for a probe step: the first ones, or with `spread` the ones at equal strides over
-// the whole data from `start` on (as a shuffled batch mixes them: samples of varying size are padded to the largest).
-data::Batch probe_batch(const data::Dataset& train, std::int64_t samples, bool spread = false, std::int64_t start = 0) {
-  samples = std::min(samples, train.size());
-  const std::int64_t stride = spread ? train.size() / samples : 1;
-  std::vector<std::int64_t> first(static_cast<std::size_t>(samples));
-  for (std::int64_t i = 0; i < samples; ++i) first[static_cast<std::size_t>(i)] = spread ? (start + i * stride) % train.size() : i;
-  data::FetchContext context;
-  data::Batch batch = train.get_batch(first, context);
-  train.finish_on_device(batch);
-  return batch;
-}
-
-// The plan's "strategy" row with a strategy's describe() `from` in its reason replaced by `to`.
-void redescribe_strategy(plan::Plan& p, const std::string& from, const std::string& to) {
-  for (plan::PlanEntry& e : p.entries) {
-    const auto at = e.key == "strategy" ? e.reason.find(from) : std::string::npos;
-    if (at != std::string::npos) e.reason.replace(at, from.size(), to);
-  }
-}
-
-// State tensors the optimizer keeps per trainable parameter: Adam's two moments, SGD's momentum (or none).
-int optimizer_states(const config::Config& c) {
-  if (config::get_string(c, "optim.type") != "sgd") return 2;
-  return config::get_double(c, "optim.momentum") > 0 ? 1 : 0;
-}
 
 // `data.batch_size: auto` -- the finder decides (plan/batch_size.h) from measured steps on the first samples; the
 // loaded batch (train.global_batch_size / ranks) then runs as that many micro-batches. Rank 0's choice is every
@@ -108,93 +79,6 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
   trainer.set_micro_split(std::stoll(text.substr(0, first)));
   return {"micro_batch", text.substr(first + 1, second - first - 1),
           ranks.is_main() ? choice.entry.reason : "rank 0's: " + text.substr(second + 1)};
-}
-
-// dist.strategy: auto on several processes -- they met as ddp; with the model built and a trainer on it, the plan
-// decides by memory (plan/strategy.h) from the model's bytes and probe steps on rank 0 (four micro-batches; single
-// samples under data.batch_size: auto, whose finder later fits the micro-batch to the strategy chosen). Every rank
-// takes rank 0's choice. Returns the plan row and, where zero2 or fsdp is chosen, that strategy on the same process
-// group (nullptr: ddp stays).
-std::pair<plan::PlanEntry, std::shared_ptr<dist::Strategy>> plan_strategy(const config::Config& c, const hw::HardwareInfo& hw,
-                                                                        const plan::Plan& p, const dist::ProcessInfo& process,
-                                                                        const std::shared_ptr<dist::Strategy>& job,
-                                                                        torch::nn::Module& model, Trainer& trainer,
-                                                                        const data::Dataset& train) {
-  dist::Strategy& joined = *job;
-  plan::StrategyRequest r;
-  r.world_size = joined.world_size();
-  r.local_world_size = process.local_world_size;
-  r.weight_bytes = trainer.held_by_category()[0];  // under ddp every weight, each storage once (a tied weight too)
-  std::unordered_set<const c10::TensorImpl*> trainable;
-  for (const auto& t : trainer.trainable()) {
-    if (trainable.insert(t.unsafeGetTensorImpl()).second) r.trainable_bytes += t.numel() * t.element_size();
-  }
-  r.trainable_tensors = static_cast<std::int64_t>(trainable.size());
-  // fsdp's units: the blocks dist.fsdp_units selects (every block where it is empty), their trainable weights.
-  auto* blocked = dynamic_cast<models::Checkpointable*>(&model);
-  const std::vector<std::string> blocks = blocked ? blocked->checkpoint_blocks() : std::vector<std::string>{};
-  if (blocks.empty()) {
-    r.fsdp_unfit = "the model has no named blocks to gather one at a time";
-  } else if (config::get_bool(c, "ema.eval")) {
-    r.fsdp_unfit = "ema.eval: no rank would hold the whole average";
-  } else {
-    const std::vector<std::string> patterns = config::get_string_list(c, "dist.fsdp_units");
-    const std::vector<std::string> units = patterns.empty() ? blocks : models::select_blocks(patterns, blocks, "dist.fsdp_units");
-    std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
-    for (const auto& item : model.named_modules()) modules.emplace(item.key(), item.value());
-    std::unordered_set<const c10::TensorImpl*> in_units;
-    for (const std::string& name : units) {
-      std::int64_t bytes = 0;
-      for (const auto& t : modules.at(name)->parameters()) {
-        if (!trainable.contains(t.unsafeGetTensorImpl())) continue;
-        if (!in_units.insert(t.unsafeGetTensorImpl()).second) {
-          r.fsdp_unfit = fmt::format("a weight of block {} is in another unit too (tied)", name);
-          continue;
-        }
-        bytes += t.numel() * t.element_size();
-      }
-      r.unit_bytes += bytes;
-      r.largest_unit_bytes = std::max(r.largest_unit_bytes, bytes);
-    }
-  }
-  r.optimizer_states = optimizer_states(c);
-  r.ema = config::get_bool(c, "ema.enabled");
-  r.bucket_bytes = static_cast<std::int64_t>(config::get_double(c, "dist.bucket_mb") * double(1 << 20));
-  r.memory_budget_gib = config::get_double(c, "memory_budget_gib");
-  if (p.device.is_cpu()) r.limit_bytes = obs::cpu_tensor_limit();
-  if (p.device.is_cuda()) r.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
-  std::string text;
-  if (joined.is_main()) {
-    // --- the probe step on rank 0: activations (and gradients, subtracted by the plan) ---
-    const std::int64_t loaded = std::min(loaded_batch_size(c, r.world_size), train.size());
-    r.activation_samples = config::is_word(c, "data.batch_size", "auto") ? 1 : (loaded + trainer.micro_split() - 1) / trainer.micro_split();
-    r.activation_basis = config::is_word(c, "data.batch_size", "auto")
-                             ? "single samples (the largest of 4; data.batch_size: auto fits the micro-batch afterwards)"
-                             : fmt::format("micro-batches of {} samples (the largest of 4, each spread over the data)", r.activation_samples);
-    // Four micro-batches, each of samples at equal strides over the data (as a shuffled batch mixes them), the largest
-    // peak: samples of varying size (text padded per batch) make the first samples a poor guess of the run's batches.
-    try {
-      for (std::int64_t k = 0; k < 4 && r.step_peak_bytes != -2; ++k) {
-        const std::int64_t offset = k * std::max<std::int64_t>(1, train.size() / r.activation_samples / 4);
-        const std::optional<std::int64_t> peak = trainer.measure_step_memory(probe_batch(train, r.activation_samples, true, offset));
-        r.step_peak_bytes = peak ? std::max(r.step_peak_bytes, *peak) : -2;
-      }
-    } catch (...) {
-      if (!report_current_exception().out_of_memory) throw;
-      obs::release_cached_memory(p.device);
-      r.step_peak_bytes = -1;
-    }
-    const plan::StrategyChoice choice = plan::plan_strategy(r, hw, p);
-    text = choice.name + "\n" + choice.entry.reason;
-  }
-  text = broadcast_text(joined, text);
-  const auto newline = text.find('\n');
-  const std::string name = text.substr(0, newline);
-  plan::PlanEntry row{"strategy", name, (joined.is_main() ? "" : "rank 0's: ") + text.substr(newline + 1)};
-  if (name == "ddp") return {row, nullptr};
-  const dist::StrategyRequest request{c, process, p.device, "", std::dynamic_pointer_cast<dist::Ddp>(job)};
-  BELLOWS_CHECK(request.joined != nullptr, fmt::format("dist.strategy: auto joined as {}, not ddp", joined.name()), "report this bug");
-  return {row, dist::find_strategy(name).make(request)};
 }
 
 // `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
@@ -361,150 +245,111 @@ std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareI
   return rows;
 }
 
-AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o) {
-  config::Config c = given;  // the data may fill in the model's input width (take_input_width_from_data)
-  AssembledRun a;
-  // --- plan: hardware facts + requested settings -> concrete settings with reasons ---
+// --- the stages of an assembly: the two kinds share the common ones (the plan, the seed, the model, the run
+// directory, the measurements' settings, the checkpoint layout, the trainer, the records and sinks), each in its own
+// list below ---
+namespace {
+
+// What the stages share while a run is assembled.
+struct Assembly {
+  config::Config c;  // the data may fill in the model's input width (take_input_width_from_data)
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  // Online training is one process, whatever launcher started the host program (its ranks are the host's business).
-  const dist::ProcessInfo process = o.online ? dist::ProcessInfo{} : process_info(c);
-  plan::PlanRequest request = plan_request(c);
-  request.local_rank = process.local_rank;
-  request.local_world_size = process.local_world_size;
-  request.share_node_cores = process.shares_node_cores();
-  request.cores_per_process = process.cpus_per_process;
-  a.plan = plan::resolve(request, hw);
-  a.plan.entries.insert(a.plan.entries.begin(), profile_plan_entry(c, hw));  // which hardware profile, and why
-  for (std::size_t i = 0; i < c.plan_notes().size(); ++i) {  // a tuned plan's settings, after the profile's row
-    const auto& n = c.plan_notes()[i];
-    a.plan.entries.insert(a.plan.entries.begin() + static_cast<std::ptrdiff_t>(1 + i), {n.key, n.value, n.reason});
-  }
-  plan::apply(a.plan);  // online: on its compute thread (the thread count is per thread; the rest is process-wide)
-
-  // --- the job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s) ---
-  if (o.online) {
-    const std::string name = config::get_string(c, "dist.strategy");
-    BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
-                         fmt::format("online training runs in the calling process alone, but dist.strategy is {}", name),
-                         "set dist.strategy: auto or single");
-    a.strategy = std::make_shared<dist::SingleDevice>();
-  }
-  bool strategy_by_memory = false;
-  if (!o.online) {
-    StrategySetup strategy = make_strategy(c, process, a.plan);
-    strategy_by_memory = strategy.by_memory;
-    a.strategy = strategy.strategy;
-    a.strategy_described = a.strategy->describe();
-    a.plan.entries.push_back(strategy.entry);
-    obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
-    a.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(c, "cpu_tensor_limit_mb") * 1e6));
-  }
-  // Where dist.strategy: auto moves to zero2 or fsdp (below, once the model is built) these ranks are the same job.
-  dist::Strategy* ranks = a.strategy.get();
-  models::set_dropout_masks(dropout_masks_setting(c));
-  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));  // the same seed on every rank
+  dist::ProcessInfo process;  // online training: one process, whatever launched the program
+  AssembledRun run;
+  StrategySetup strategy;  // the strategy and why (its plan row is written once the trainer has sharded)
+  std::optional<std::size_t> strategy_row_at;  // where the "strategy" row goes among the plan's rows (a run's)
+  train::TrainerOptions t;
   std::vector<std::string> notes;  // messages from before the sinks exist; they reach every sink once they do
+};
 
-  // --- data: datasets, samplers, prefetching loaders on the planned device (online: the sessions' own) ---
-  if (!o.online) {
-    a.loaders = make_loaders(c, a.plan, o.stream, ranks->rank(), ranks->world_size());
-    a.plan.revise(a.loaders->plan_rows);  // what the data decided (the workers, from a measured batch)
-    if (auto row = take_input_width_from_data(c, *a.loaders->splits.train)) a.plan.entries.push_back(*row);
-    check_data_against_model(c, *a.loaders->splits.train);
-  }
+// --- common stages ---
 
-  // --- model, its weights ---
-  const models::ModelContext context = o.online ? model_context_without_data(c) : model_context(a.loaders->splits);
-  a.model = build_model(c, context, &notes);
-  for (const auto& row : a.model.plan_rows) a.plan.entries.push_back({row.key, row.value, row.reason});  // what the model chose
-  if (const auto& entry = models::find_model(config::get_string(c, "model.name")); entry.forward_flops && config::get_bool(c, "log.flops") && !o.online) {
-    if (const std::optional<double> f = entry.forward_flops(c, context)) {
-      notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
-                                  "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
-                                  entry.forward_flops_basis.empty() ? "" : "; " + entry.forward_flops_basis));
-    }
+// The plan: hardware facts + requested settings -> concrete settings with reasons, applied (online: on its compute
+// thread; the thread count is per thread, the rest process-wide).
+void resolve_the_plan(Assembly& s) {
+  plan::PlanRequest request = plan_request(s.c);
+  request.local_rank = s.process.local_rank;
+  request.local_world_size = s.process.local_world_size;
+  request.share_node_cores = s.process.shares_node_cores();
+  request.cores_per_process = s.process.cpus_per_process;
+  plan::Plan& p = s.run.plan;
+  p = plan::resolve(request, s.hw);
+  p.entries.insert(p.entries.begin(), profile_plan_entry(s.c, s.hw));  // which hardware profile, and why
+  for (std::size_t i = 0; i < s.c.plan_notes().size(); ++i) {        // a tuned plan's settings, after the profile's row
+    const auto& n = s.c.plan_notes()[i];
+    p.entries.insert(p.entries.begin() + static_cast<std::ptrdiff_t>(1 + i), {n.key, n.value, n.reason});
   }
-  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
-    config::check_path_exists(c, "init_weights", init, ErrorKind::kData,
+  plan::apply(p);
+}
+
+// Dropout's masks and the seed: the same on every rank.
+void seed_the_run(const Assembly& s) {
+  models::set_dropout_masks(dropout_masks_setting(s.c));
+  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(s.c, "seed")));
+}
+
+// The model, and the rows it chose.
+void build_the_model(Assembly& s, const models::ModelContext& context) {
+  s.run.model = build_model(s.c, context, &s.notes);
+  for (const auto& row : s.run.model.plan_rows) s.run.plan.entries.push_back({row.key, row.value, row.reason});
+}
+
+// init_weights: pretrained weights by name (e.g. a frozen encoder, seed 004); a resumed checkpoint overrides them.
+void import_the_weights(Assembly& s) {
+  if (const std::string init = config::get_string(s.c, "init_weights"); !init.empty()) {
+    config::check_path_exists(s.c, "init_weights", init, ErrorKind::kData,
                               "give a safetensors file of the model's weights (bellows ckpt export writes one)");
-    // Pretrained weights (e.g. a frozen encoder, seed 004), by name; a resumed checkpoint overrides them.
-    const models::WeightImport w{init, "", config::get_bool(c, "init_weights_strict"), "model", "init_weights_strict"};
-    notes.push_back(import_note(w, import_weights(*a.model.module, w)));
+    const models::WeightImport w{init, "", config::get_bool(s.c, "init_weights_strict"), "model", "init_weights_strict"};
+    s.notes.push_back(import_note(w, import_weights(*s.run.model.module, w)));
   }
-  if (o.online) plan_without_data(c, *a.model.module, notes);
-  if (!o.online) trial_steps_of_the_model(c, a, ranks->world_size());
+}
 
-  // --- run directory: rank 0 picks it (and alone writes into it); the others learn its name ---
-  a.run_dir = broadcast_text(*ranks, ranks->is_main() ? make_run_dir(c).string() : std::string());
+// The run directory: rank 0 picks it (and alone writes into it); the others learn its name.
+void make_the_run_directory(Assembly& s) {
+  dist::Strategy& ranks = *s.run.strategy;
+  s.run.run_dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(s.c).string() : std::string());
+}
 
-  // --- the trainer ---
-  train::TrainerOptions t = trainer_options(c, a.plan);
-  if (!o.online) a.plan.entries.push_back(length_entry(t, a.loaders->train->batches_per_epoch()));
-  t.stop_flag = o.stop_flag;
-  t.strategy = a.strategy;
-  t.checkpoint = checkpoint_options(c, a.run_dir);
-  a.plan.revise(checkpoint_layout_entry(c, dist::find_strategy(a.strategy->name()), t.checkpoint));
-  if (o.online) {
-    t.sessions = true;
-    if (t.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one
-      t.checkpoint.dir = a.run_dir / "checkpoints";
-      t.checkpoint.every_n_steps = 0;
-      t.checkpoint.every_n_minutes = 0;
-      t.checkpoint.at_end = false;
-    }
-    t.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
-    if (config::get_string(c, "compile") == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
-      notes.push_back(fmt::format("compile: cuda_graph: steps run eagerly: {}", train::step_graph_unfit({.cuda = true, .sessions = true})));
-    }
-  } else {
-    t.profile = profile_options(c, a.run_dir);
-    a.plan.entries.push_back(resolve_compile(c, t, ranks->world_size()));
+// What measures the run: FLOP counting and the matmul peak (several ranks measuring at once would measure each other:
+// they use the cache, or report no MFU), then the run's GPU memory limit, after the machine's peaks were measured
+// (their 256 MiB operands are the machine's measurement, not the run's; measured under a small limit they failed on
+// the H200) and before the run's probe steps, batch-size trials and steps allocate there.
+void set_up_measurement(Assembly& s) {
+  set_flop_options(s.c, s.hw, s.run.plan, /*may_measure=*/s.run.strategy->world_size() == 1, s.t, s.notes);
+  if (const double mb = config::get_double(s.c, "gpu_memory_limit_mb"); mb > 0) {
+    obs::limit_device_memory(s.run.plan.device, static_cast<std::int64_t>(mb * 1e6));
   }
-  // Several ranks measuring at once would measure each other: they use the cache, or report no MFU.
-  set_flop_options(c, hw, a.plan, /*may_measure=*/ranks->world_size() == 1, t, notes);
-  // The run's GPU memory limit, after the machine's peaks were measured (their 256 MiB operands are the machine's
-  // measurement, not the run's; measured under a small limit they failed on the H200) and before the run's model,
-  // batch-size trials and steps allocate there.
-  if (const double mb = config::get_double(c, "gpu_memory_limit_mb"); mb > 0) {
-    obs::limit_device_memory(a.plan.device, static_cast<std::int64_t>(mb * 1e6));
-  }
-  t.checkpoint_info = {{"config", c.to_yaml()}, {"plan", nlohmann::json::parse(a.plan.to_json())}};
-  a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
-  if (strategy_by_memory) {  // dist.strategy: auto on several processes: by memory, measured with a trainer under ddp
-    auto [row, chosen] = plan_strategy(c, hw, a.plan, process, a.strategy, *a.model.module, *a.trainer, *a.loaders->splits.train);
-    for (plan::PlanEntry& e : a.plan.entries) {
-      if (e.key == "strategy") e = {"strategy", row.value, e.reason + "; " + row.reason};
-    }
-    if (chosen) {  // the trainer again, under the strategy chosen (on the same process group)
-      a.trainer.reset();
-      redescribe_strategy(a.plan, a.strategy_described, chosen->describe());
-      a.strategy = t.strategy = chosen;
-      a.plan.revise(checkpoint_layout_entry(c, dist::find_strategy(chosen->name()), t.checkpoint));
-      ranks = a.strategy.get();
-      a.strategy_described = chosen->describe();
-      t.checkpoint_info["plan"] = nlohmann::json::parse(a.plan.to_json());  // the checkpoints' manifests name the choice
-      a.trainer = std::make_unique<Trainer>(a.model.module, a.model.task, t);
-    }
-  }
+}
+
+// checkpoint.layout for the strategy as final: its row.
+void settle_the_checkpoint_layout(Assembly& s) {
+  s.run.plan.revise(checkpoint_layout_entry(s.c, dist::find_strategy(s.run.strategy->name()), s.t.checkpoint));
+}
+
+// The plan with the "strategy" row at its place (a run's; online training has none), as the strategy describes itself now.
+plan::Plan plan_with_strategy_row(const Assembly& s) {
+  plan::Plan p = s.run.plan;
+  if (s.strategy_row_at) p.entries.insert(p.entries.begin() + static_cast<std::ptrdiff_t>(*s.strategy_row_at), strategy_row(s.strategy));
+  return p;
+}
+
+// The trainer, and then the strategy's plan row: a sharding strategy knows its shares once the trainer has given it the
+// parameters. The checkpoints' manifests keep the plan as it was when the trainer was built.
+void build_the_trainer(Assembly& s) {
+  s.t.strategy = s.run.strategy;
+  s.t.checkpoint_info = {{"config", s.c.to_yaml()}, {"plan", nlohmann::json::parse(plan_with_strategy_row(s).to_json())}};
+  s.run.trainer = std::make_unique<Trainer>(s.run.model.module, s.run.model.task, s.t);
+  s.run.plan = plan_with_strategy_row(s);
+}
+
+// What the run directory records (rank 0's: records are global, the trainer sums over ranks), the header, the sinks,
+// and the messages from before them.
+void record_the_run(Assembly& s, const RunOptions& o) {
+  AssembledRun& a = s.run;
   Trainer& trainer = *a.trainer;
-  // A sharded strategy's describe() names each rank's share once the trainer has given it its parameters.
-  redescribe_strategy(a.plan, a.strategy_described, ranks->describe());
-  // The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
-  std::optional<plan::PlanEntry> micro_batch;
-  std::int64_t planned_split = 1;
-  if (!o.online) {
-    const data::Dataset& first = *a.loaders->splits.train;
-    if (config::is_word(c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(c, hw, a.plan, trainer, first, *ranks);
-    planned_split = trainer.micro_split();
-    const std::int64_t micro_samples = (loaded_batch_size(c, ranks->world_size()) + planned_split - 1) / planned_split;
-    const plan::PlanEntry checkpointing = plan_checkpointing(c, hw, a.plan, *a.model.module, trainer, first, micro_samples);
-    if (micro_batch) a.plan.entries.push_back(*micro_batch);
-    a.plan.entries.push_back(checkpointing);
-  }
-
-  // --- what the run directory records, and the sinks: rank 0's (records are global: the trainer sums over ranks) ---
-  if (ranks->is_main()) {
-    write_file_atomically(a.run_dir / "config.resolved.yaml", c.to_yaml());  // a resumed run rewrites them
+  const bool main = a.strategy->is_main();
+  if (main) {
+    write_file_atomically(a.run_dir / "config.resolved.yaml", s.c.to_yaml());  // a resumed run rewrites them
     write_file_atomically(a.run_dir / "plan.json", a.plan.to_json());
     // Rows decided while training (compile: auto's measured choice) rewrite it: a copy of the plan, as the run left it.
     trainer.set_plan_revision([written = std::make_shared<plan::Plan>(a.plan), path = a.run_dir / "plan.json"](
@@ -517,25 +362,166 @@ AssembledRun assemble_run(const config::Config& given, const AssemblyOptions& o)
       write_file_atomically(a.run_dir / "categories.json", nlohmann::json(a.loaders->splits.facts.categories).dump(2) + "\n");
     }
   }
-  trainer.set_run_info(config::get_string(c, "name"), a.run_dir.string());
-  trainer.set_header(header_rows(hw, a.plan));
-  if (ranks->is_main()) {
+  trainer.set_run_info(config::get_string(s.c, "name"), a.run_dir.string());
+  trainer.set_header(header_rows(s.hw, a.plan));
+  if (main) {
     const obs::SinkContext where{a.run_dir, o.console, o.tty};
     for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
-      if (!entry.key.empty() && !config::get_bool(c, entry.key)) continue;
+      if (!entry.key.empty() && !config::get_bool(s.c, entry.key)) continue;
       if (std::shared_ptr<obs::Sink> sink = entry.make(where)) trainer.add_sink(std::move(sink));
     }
     for (const auto& sink : o.sinks) trainer.add_sink(sink);
   }
-  for (const auto& note : notes) trainer.message(note);
+  for (const auto& note : s.notes) trainer.message(note);
+}
 
-  // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
-  if (o.online) {
-    a.resume_from = checkpoint_to_resume(c, a.run_dir, trainer, "starting untrained");
-  } else if (const auto from = checkpoint_to_resume(c, a.run_dir, trainer, "starting from the beginning")) {
-    resume_run(c, *from, trainer, *a.loaders->train, ranks->world_size(), config::get_bool(c, "checkpoint.strict"), micro_batch, planned_split);
+// --- a run's own stages ---
+
+// The job's processes meet first (a missing rank or a different config fails here, within dist.timeout_s); CPU memory
+// counting starts, under the run's cpu_tensor_limit_mb.
+void join_the_job(Assembly& s) {
+  s.strategy = make_strategy(s.c, s.process, s.run.plan);
+  s.run.strategy = s.strategy.strategy;
+  s.strategy_row_at = s.run.plan.entries.size();  // after the plan's rows; written once the trainer is built
+  obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
+  s.run.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(s.c, "cpu_tensor_limit_mb") * 1e6));
+}
+
+// Datasets, samplers, prefetching loaders on the planned device, and what the data decided.
+void load_the_data(Assembly& s, const std::shared_ptr<data::StreamBuffer>& stream) {
+  AssembledRun& a = s.run;
+  a.loaders = make_loaders(s.c, a.plan, stream, a.strategy->rank(), a.strategy->world_size());
+  a.plan.revise(a.loaders->plan_rows);  // the workers, from a measured batch
+  if (auto row = take_input_width_from_data(s.c, *a.loaders->splits.train)) a.plan.entries.push_back(*row);
+  check_data_against_model(s.c, *a.loaders->splits.train);
+}
+
+// log.flops: the model's analytic FLOPs, where its entry counts them.
+void note_the_model_flops(Assembly& s, const models::ModelContext& context) {
+  const auto& entry = models::find_model(config::get_string(s.c, "model.name"));
+  if (!entry.forward_flops || !config::get_bool(s.c, "log.flops")) return;
+  if (const std::optional<double> f = entry.forward_flops(s.c, context)) {
+    s.notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
+                                  "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
+                                  entry.forward_flops_basis.empty() ? "" : "; " + entry.forward_flops_basis));
   }
-  return a;
+}
+
+// The trainer's options of a run: its length row, the stop flag, the checkpoints and the profiler.
+void trainer_options_of_a_run(Assembly& s, const RunOptions& o) {
+  s.t = trainer_options(s.c, s.run.plan);
+  s.run.plan.entries.push_back(length_entry(s.t, s.run.loaders->train->batches_per_epoch()));
+  s.t.stop_flag = o.stop_flag;
+  s.t.checkpoint = checkpoint_options(s.c, s.run.run_dir);
+  s.t.profile = profile_options(s.c, s.run.run_dir);
+}
+
+// dist.strategy: auto on several processes: by memory, from probe steps of the model (strategy_setup.h), before the
+// trainer that trains is built.
+void choose_the_strategy(Assembly& s) {
+  if (!s.strategy.by_memory) return;
+  AssembledRun& a = s.run;
+  choose_by_memory(s.strategy, s.c, s.hw, a.plan, s.process, *a.model.module, *a.model.task, s.t, *a.loaders->splits.train);
+  a.strategy = s.strategy.strategy;
+}
+
+// The rows decided on measured steps of the model (a run's first batch): the micro-batch, activation checkpointing.
+// Returns the micro-batch's row (data.batch_size: auto) for the resume's note.
+std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
+  AssembledRun& a = s.run;
+  Trainer& trainer = *a.trainer;
+  dist::Strategy& ranks = *a.strategy;
+  const data::Dataset& first = *a.loaders->splits.train;
+  std::optional<plan::PlanEntry> micro_batch;
+  if (config::is_word(s.c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(s.c, s.hw, a.plan, trainer, first, ranks);
+  const std::int64_t split = trainer.micro_split();
+  const std::int64_t micro_samples = (loaded_batch_size(s.c, ranks.world_size()) + split - 1) / split;
+  const plan::PlanEntry checkpointing = plan_checkpointing(s.c, s.hw, a.plan, *a.model.module, trainer, first, micro_samples);
+  if (micro_batch) a.plan.entries.push_back(*micro_batch);
+  a.plan.entries.push_back(checkpointing);
+  return micro_batch;
+}
+
+// --- online training's own stages ---
+
+// One process, whatever launched the program (its ranks are the host's business).
+void train_alone(Assembly& s) {
+  const std::string name = config::get_string(s.c, "dist.strategy");
+  BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
+                       fmt::format("online training runs in the calling process alone, but dist.strategy is {}", name),
+                       "set dist.strategy: auto or single");
+  s.run.strategy = std::make_shared<dist::SingleDevice>();
+  s.strategy.strategy = s.run.strategy;
+}
+
+// The trainer's options of sessions: checkpoints only when asked for, none on a stop, steps eagerly.
+void trainer_options_of_sessions(Assembly& s, const RunOptions& o) {
+  train::TrainerOptions& t = s.t;
+  t = trainer_options(s.c, s.run.plan);
+  t.stop_flag = o.stop_flag;
+  t.checkpoint = checkpoint_options(s.c, s.run.run_dir);
+  t.sessions = true;
+  if (t.checkpoint.dir.empty()) {  // checkpoint.enabled: false: none by itself, but save() still writes one
+    t.checkpoint.dir = s.run.run_dir / "checkpoints";
+    t.checkpoint.every_n_steps = 0;
+    t.checkpoint.every_n_minutes = 0;
+    t.checkpoint.at_end = false;
+  }
+  t.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
+  if (config::get_string(s.c, "compile") == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
+    s.notes.push_back(fmt::format("compile: cuda_graph: steps run eagerly: {}", train::step_graph_unfit({.cuda = true, .sessions = true})));
+  }
+}
+
+}  // namespace
+
+AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
+  Assembly s{config};
+  s.process = process_info(s.c);
+  resolve_the_plan(s);
+  join_the_job(s);
+  seed_the_run(s);
+  load_the_data(s, o.stream);
+  const models::ModelContext context = model_context(s.run.loaders->splits);
+  build_the_model(s, context);
+  note_the_model_flops(s, context);
+  import_the_weights(s);
+  trial_steps_of_the_model(s.c, s.run, s.run.strategy->world_size());
+  make_the_run_directory(s);
+  trainer_options_of_a_run(s, o);
+  set_up_measurement(s);
+  choose_the_strategy(s);
+  settle_the_checkpoint_layout(s);
+  s.run.plan.entries.push_back(resolve_compile(s.c, s.t, s.run.strategy->world_size()));
+  build_the_trainer(s);
+  const std::optional<plan::PlanEntry> micro_batch = plan_on_measured_steps(s);
+  const std::int64_t planned_split = s.run.trainer->micro_split();
+  record_the_run(s, o);
+  // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
+  Trainer& trainer = *s.run.trainer;
+  if (const auto from = checkpoint_to_resume(s.c, s.run.run_dir, trainer, "starting from the beginning")) {
+    resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), config::get_bool(s.c, "checkpoint.strict"), micro_batch,
+               planned_split);
+  }
+  return std::move(s.run);
+}
+
+AssembledRun assemble_online(const config::Config& config, const RunOptions& o) {
+  Assembly s{config};
+  resolve_the_plan(s);
+  train_alone(s);
+  seed_the_run(s);
+  build_the_model(s, model_context_without_data(s.c));
+  import_the_weights(s);
+  plan_without_data(s.c, *s.run.model.module, s.notes);
+  make_the_run_directory(s);
+  trainer_options_of_sessions(s, o);
+  set_up_measurement(s);
+  settle_the_checkpoint_layout(s);
+  build_the_trainer(s);
+  record_the_run(s, o);
+  s.run.resume_from = checkpoint_to_resume(s.c, s.run.run_dir, *s.run.trainer, "starting untrained");  // restored by the caller
+  return std::move(s.run);
 }
 
 }  // namespace bellows::app

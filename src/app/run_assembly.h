@@ -1,7 +1,7 @@
-// One assembly of a run, for both kinds: `bellows train` (app::run, the CLI's commands that train, pipelines, cv) and
-// online training inside a program (app::OnlineTrainer, the C API). The sequence is the same: the plan, the job's
-// processes, the data (a run's; online training has none until a session), the model and its weights, the run
-// directory, the trainer with its plan rows, plan.json, the sinks, the resume. Private to app/.
+// The assembly of a run, for both kinds: `bellows train` (app::run, the CLI's commands that train, pipelines, cv) and
+// online training inside a program (app::OnlineTrainer, the C API). Each kind is a list of named stages, and they share
+// the common ones: the plan, the seed, the model and its weights, the run directory, the measurements' settings, the
+// checkpoint layout, the trainer with its plan rows, plan.json and the sinks. Private to app/.
 #pragma once
 
 #include <atomic>
@@ -23,18 +23,9 @@
 
 namespace bellows::app {
 
-// What the caller asks of a run (app/run.h: the stop flag, the console, the stream buffer, more sinks), and which kind.
-struct AssemblyOptions : RunOptions {
-  // Online training (app/online.h): one process whatever launched the program, no data at the start (the model's
-  // sizes come from the config), a trainer of sessions (TrainerOptions::sessions), checkpoints written only when
-  // asked for and not on a stop, and a resume left to the OnlineTrainer (its restore is also the program's call).
-  bool online = false;
-};
-
 struct AssembledRun {
   plan::Plan plan;  // every row, the ones decided with the model included (what plan.json holds)
   std::shared_ptr<dist::Strategy> strategy;
-  std::string strategy_described;  // its describe() in the plan row, before the trainer sharded anything
   std::optional<Loaders> loaders;  // a run's data; online training's sessions make their own
   models::BuiltModel model;
   std::unique_ptr<train::Trainer> trainer;
@@ -43,8 +34,17 @@ struct AssembledRun {
   std::optional<std::filesystem::path> resume_from;  // online: the checkpoint the config's resume names, to restore
 };
 
-// kConfig errors name the key; a rank that does not arrive is a kResource error within dist.timeout_s.
-AssembledRun assemble_run(const config::Config& config, const AssemblyOptions& options);
+// A run of `bellows train` (app::run): the plan, the job's processes (they meet first), the data, the model and its
+// trial steps, the run directory, the strategy (dist.strategy: auto on several processes: by memory, before the
+// trainer), the trainer, the rows decided on measured steps, plan.json and the sinks, the resume. kConfig errors name
+// the key; a rank that does not arrive is a kResource error within dist.timeout_s.
+AssembledRun assemble_run(const config::Config& config, const RunOptions& options);
+
+// Online training (app/online.h): the same stages where they apply, as one process whatever launched the program, no
+// data at the start (the model's sizes come from the config; what a run measures on its first batch comes from the
+// config), a trainer of sessions (TrainerOptions::sessions), checkpoints written only when asked for and not on a
+// stop, and the resume left to the caller (resume_from; its restore is also the program's call).
+AssembledRun assemble_online(const config::Config& config, const RunOptions& options);
 
 // A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
 // A resumed run (resume: set) continues in <output_dir>/<name>. kResource error when it cannot be made.

@@ -256,6 +256,11 @@ train::CheckpointOptions checkpoint_options(const config::Config& c, const std::
   return co;
 }
 
+int optimizer_states(const config::Config& c) {
+  if (config::get_string(c, "optim.type") != "sgd") return 2;
+  return config::get_double(c, "optim.momentum") > 0 ? 1 : 0;
+}
+
 plan::PlanEntry checkpoint_layout_entry(const config::Config& c, const dist::StrategyEntry& strategy, train::CheckpointOptions& co) {
   const std::string asked = config::get_string(c, "checkpoint.layout");
   const std::string layout = asked == "auto" ? strategy.checkpoint_layout : asked;

@@ -27,4 +27,11 @@ const StrategyEntry& auto_strategy(int world_size) {
   return *best;
 }
 
+RankBytes rank_bytes(const StrategyEntry& entry, MemoryFacts facts) {
+  BELLOWS_CHECK(entry.memory != nullptr, fmt::format("strategy {} has no memory model", entry.name), "report this bug");
+  BELLOWS_CHECK(facts.world_size >= 1, fmt::format("a job of {} processes", facts.world_size), "report this bug");
+  if (facts.checkpoint_layout == "auto") facts.checkpoint_layout = entry.checkpoint_layout;
+  return entry.memory(facts);
+}
+
 }  // namespace bellows::dist

@@ -9,7 +9,6 @@
 #include <ATen/core/ivalue.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fnmatch.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>

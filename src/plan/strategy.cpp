@@ -1,10 +1,11 @@
-// dist.strategy: auto by memory; see strategy.h.
+// dist.strategy: auto by memory, from the strategies' own memory models; see strategy.h.
 #include "bellows/plan/strategy.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "bellows/dist/registry.h"  // defines: strategy_entries, rank_bytes
 #include "bellows/util/check.h"
 
 namespace bellows::plan {
@@ -19,37 +20,27 @@ std::string megabytes(std::int64_t bytes) {
 }  // namespace
 
 std::vector<RankMemory> rank_memory(const StrategyRequest& r) {
-  BELLOWS_CHECK(r.world_size >= 1, fmt::format("a job of {} processes", r.world_size), "report this bug");
-  const std::int64_t w = r.world_size;
-  const std::int64_t activations = r.step_peak_bytes >= 0 ? std::max<std::int64_t>(0, r.step_peak_bytes - r.trainable_bytes) : 0;
-  const std::int64_t state = r.optimizer_states * r.trainable_bytes;
-  const std::int64_t sharded_gradients = std::min(r.trainable_bytes, r.trainable_bytes / w + 2 * r.bucket_bytes);
-  const std::string too_few = r.trainable_tensors < w
-                                  ? fmt::format("{} trainable tensors for {} ranks: a rank would own none", r.trainable_tensors, w)
-                                  : std::string();
-  // zero1 and zero2 broadcast each owner's updated weights in one flat buffer: the largest, about 1/w of them.
-  const std::int64_t update_buffer = r.trainable_bytes / w;
-  // ddp and zero1 keep every bucket between steps, and backward allocates each gradient afresh before it is copied into
-  // its bucket: twice the trainable bytes at the end of backward.
-  const std::int64_t bucketed = 2 * r.trainable_bytes;
   std::vector<RankMemory> out;
-  out.push_back({"ddp", r.weight_bytes, bucketed, state, r.ema ? r.weight_bytes : 0, activations, ""});
-  out.push_back({"zero1", r.weight_bytes + update_buffer, bucketed, state / w, r.ema ? r.weight_bytes : 0, activations, too_few});
-  out.push_back({"zero2", r.weight_bytes + update_buffer, sharded_gradients, state / w, r.ema ? r.weight_bytes : 0, activations, too_few});
-  const std::int64_t held = r.weight_bytes - r.unit_bytes + r.unit_bytes / w;  // between steps
-  // While a unit runs: its weights, the flat buffer they were gathered in, and the next unit's buffer (prefetched);
-  // after the update, the broadcast of the weights outside the units.
-  const std::int64_t gathered = 3 * r.largest_unit_bytes + (r.trainable_bytes - r.unit_bytes) / w;
-  out.push_back({"fsdp", held + gathered, sharded_gradients, state / w, r.ema ? held : 0, activations,
-                 !r.fsdp_unfit.empty() ? r.fsdp_unfit : too_few});
+  for (const dist::StrategyEntry& e : dist::strategy_entries()) {  // by name
+    if (!e.memory) continue;
+    RankMemory option;
+    static_cast<dist::RankBytes&>(option) = dist::rank_bytes(e, r.facts);
+    option.strategy = e.name;
+    option.auto_order = e.auto_memory_order;
+    out.push_back(std::move(option));
+  }
+  // auto's options first, in its order; stable: the others stay by name
+  std::stable_sort(out.begin(), out.end(), [](const RankMemory& a, const RankMemory& b) {
+    return (a.auto_order > 0 && (b.auto_order <= 0 || a.auto_order < b.auto_order));
+  });
   return out;
 }
 
 std::string describe_rank_memory(const RankMemory& o) {
   if (!o.unfit.empty()) return fmt::format("{} unfit ({})", o.strategy, o.unfit);
-  return fmt::format("{} {} MB (weights {}, gradients {}, optimizer {}, ema {}, activations {})", o.strategy,
+  return fmt::format("{} {} MB (weights {}, gradients {}, optimizer {}, ema {}, activations {}, checkpoint {})", o.strategy,
                      megabytes(o.total()), megabytes(o.weights), megabytes(o.gradients), megabytes(o.optimizer), megabytes(o.ema),
-                     megabytes(o.activations));
+                     megabytes(o.activations), megabytes(o.checkpoint));
 }
 
 StrategyChoice plan_strategy(const StrategyRequest& r, const hw::HardwareInfo& hw, const Plan& p) {
@@ -73,42 +64,49 @@ StrategyChoice plan_strategy(const StrategyRequest& r, const hw::HardwareInfo& h
   }
   choice.budget_bytes = budget;
   const auto usable = static_cast<std::int64_t>(static_cast<double>(budget) * (1 - kStrategyMemoryMargin));
-  const auto option = [&](const std::string& name) -> const RankMemory& {
-    return *std::find_if(choice.options.begin(), choice.options.end(), [&](const RankMemory& o) { return o.strategy == name; });
-  };
-  // --- what the probe step said of the activations ---
+  // --- what the probe step said of the activations, and whether checkpoints count ---
+  const dist::MemoryFacts& f = r.facts;
   std::string measured;
-  if (r.step_peak_bytes == -2) measured = "activations not counted on this device";
-  else if (r.step_peak_bytes == -1) measured = fmt::format("a probe step on {} ran out of memory under ddp", r.activation_basis);
+  if (f.step_peak_bytes == -2) measured = "activations not counted on this device";
+  else if (f.step_peak_bytes == -1)
+    measured = fmt::format("a probe step on {} ran out of memory with every gradient whole", r.activation_basis);
   else measured = fmt::format("activations measured on {}", r.activation_basis);
-  // --- the choice: the first of ddp, zero2, fsdp that fits ---
+  if (f.checkpoints) {
+    measured += f.checkpoint_layout == "auto" ? "; checkpoints in each strategy's layout" : "; checkpoints in the " + f.checkpoint_layout + " layout";
+  }
+  // --- the choice: auto's options in its order, the first that fits ---
+  std::vector<const RankMemory*> tried;
+  for (const RankMemory& o : choice.options) {
+    if (o.auto_order > 0) tried.push_back(&o);
+  }
+  BELLOWS_CHECK(!tried.empty(), "no registered strategy has auto_memory_order > 0", "register one that auto tries");
   std::string why;
-  for (const std::string name : {"ddp", "zero2", "fsdp"}) {
-    const RankMemory& o = option(name);
-    if (!o.unfit.empty()) continue;
-    if (r.step_peak_bytes == -1 && name != "fsdp" && name != "zero2") continue;  // ddp's own step did not fit
-    if (budget <= 0 || o.total() <= usable) {
-      choice.name = name;
-      why = budget <= 0 ? "auto: no memory budget known" : fmt::format("auto: {} fits {:.0f}% of {} ({} MB)", name, 100 * (1 - kStrategyMemoryMargin),
-                                                                      budget_what, megabytes(budget));
+  for (const RankMemory* o : tried) {
+    if (!o->unfit.empty()) continue;
+    if (budget <= 0 || o->total() <= usable) {
+      choice.name = o->strategy;
+      why = budget <= 0 ? "auto: no memory budget known"
+                        : fmt::format("auto: {} fits {:.0f}% of {} ({} MB)", o->strategy, 100 * (1 - kStrategyMemoryMargin), budget_what,
+                                      megabytes(budget));
       break;
     }
   }
-  if (choice.name.empty()) {  // none fits: the one that holds least, said plainly
+  if (choice.name.empty()) {  // none fits: the one that holds least, said plainly (the first tried where none can run)
     const RankMemory* least = nullptr;
-    for (const std::string name : {"ddp", "zero2", "fsdp"}) {
-      const RankMemory& o = option(name);
-      if (o.unfit.empty() && (least == nullptr || o.total() < least->total())) least = &o;
+    for (const RankMemory* o : tried) {
+      if (o->unfit.empty() && (least == nullptr || o->total() < least->total())) least = o;
     }
-    BELLOWS_CHECK(least != nullptr, "ddp is always an option", "report this bug");
-    choice.name = least->strategy;
-    why = fmt::format("auto: no strategy fits {:.0f}% of {} ({} MB); {} holds least: expect to run out of memory (try "
-                      "checkpointing: auto, bf16-mixed, a smaller micro-batch or more ranks)",
-                      100 * (1 - kStrategyMemoryMargin), budget_what, megabytes(budget), choice.name);
+    choice.name = (least != nullptr ? least : tried.front())->strategy;
+    const bool whole_checkpoints = f.checkpoints && f.checkpoint_layout != "sharded";
+    why = fmt::format("auto: no strategy fits {:.0f}% of {} ({} MB); {} {}: expect to run out of memory (try "
+                      "checkpointing: auto, bf16-mixed, a smaller micro-batch{} or more ranks)",
+                      100 * (1 - kStrategyMemoryMargin), budget_what, megabytes(budget), choice.name,
+                      least != nullptr ? "holds least" : "is tried, though none can run it",
+                      whole_checkpoints ? ", checkpoint.layout: sharded" : "");
   }
   std::string options;
   for (const RankMemory& o : choice.options) options += "; " + describe_rank_memory(o);
-  choice.entry = {"strategy", choice.name, fmt::format("{}; per rank at {} ranks, {}{}", why, r.world_size, measured, options)};
+  choice.entry = {"strategy", choice.name, fmt::format("{}; per rank at {} ranks, {}{}", why, f.world_size, measured, options)};
   return choice;
 }
 

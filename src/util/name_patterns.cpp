@@ -1,4 +1,4 @@
-// Names chosen by patterns; see name_patterns.h.
+// Glob patterns over block names; see name_patterns.h.
 #include "bellows/util/name_patterns.h"
 
 #include <fmt/format.h>
@@ -16,9 +16,9 @@ std::vector<std::string> select_names(const std::vector<std::string>& patterns, 
   std::set<std::string> chosen;
   for (const auto& pattern : patterns) {
     bool any = false;
-    for (const auto& n : names) {
-      if (fnmatch(pattern.c_str(), n.c_str(), 0) == 0) {
-        chosen.insert(n);
+    for (const auto& name : names) {
+      if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) {
+        chosen.insert(name);
         any = true;
       }
     }
@@ -27,8 +27,8 @@ std::vector<std::string> select_names(const std::vector<std::string>& patterns, 
                                        : fmt::format("blocks: {}", fmt::join(names, ", ")));
   }
   std::vector<std::string> ordered;
-  for (const auto& n : names) {
-    if (chosen.contains(n)) ordered.push_back(n);
+  for (const auto& name : names) {
+    if (chosen.contains(name)) ordered.push_back(name);
   }
   return ordered;
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -461,31 +462,38 @@ TEST(DistCli, FsdpRefusesModelsWithoutBlocksUnitsThatMatchNothingAndEmaEvaluatio
 // cpu_tensor_limit_mb between zero2's and ddp's needs; fsdp under one between fsdp's and zero2's. The plan row gives
 // every option's bytes per rank; the chosen strategy trains as it does when asked for (the same losses) and within
 // the limit. A transformer of 4 layers (d_model 64) whose weights outweigh its activations; tiny buckets.
-TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
-  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_auto");
-  const fs::path csv = dist_write_csv(dir);
-  const int port = 20000 + static_cast<int>((getpid() + 89) % 20000);
+// dist.strategy: auto's tests: a 4-layer transformer (d_model 64, EMA, dist.bucket_mb 0.01) over windows of the CSV
+// in `dir`, run `name` on 2 processes for 4 steps with `more`; and the plan row "strategy" of a run (value, reason).
+CliResult dist_launch_transformer(const fs::path& dir, int port, const std::string& name, const std::string& more) {
   const fs::path config = dir / "wide.yaml";
   std::ofstream(config) << "model:\n  name: transformer\n  in_features: 4\n  d_model: 64\n  heads: 2\n  layers: 4\n  ff: 128\n"
                            "  dropout: 0\n  max_len: 8\n  pooling: last\n  out_features: 1\n";
+  return run_cli(fmt::format("launch -n 2 --master-port {} -- train {} output_dir={} name={} data.source=csv data.path={} "
+                             "data.csv.targets=[y] data.window.length=8 data.window.horizon=1 data.batch_size=8 "
+                             "data.val_fraction=0.25 precision=fp32 train.epochs=100000 train.max_steps=4 "
+                             "train.log_every_n_steps=2 threads=1 data.workers=0 dist.bucket_mb=0.01 ema.enabled=true {}",
+                             port, config.string(), dir.string(), name, (dir / "data.csv").string(), more));
+}
+
+std::pair<std::string, std::string> dist_strategy_row(const fs::path& run) {
+  const nlohmann::json plan = nlohmann::json::parse(bellows::testing::slurp(run / "plan.json"));
+  for (const auto& e : plan["entries"]) {
+    if (e["key"] == "strategy") return std::make_pair(e["value"].get<std::string>(), e["reason"].get<std::string>());
+  }
+  ADD_FAILURE() << "no strategy row in " << run;
+  return std::make_pair(std::string(), std::string());
+}
+
+TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_auto");
+  dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 89) % 20000);
   auto launch = [&](const std::string& name, const std::string& more) {
-    const CliResult r = run_cli(fmt::format("launch -n 2 --master-port {} -- train {} output_dir={} name={} data.source=csv data.path={} "
-                                            "data.csv.targets=[y] data.window.length=8 data.window.horizon=1 data.batch_size=8 "
-                                            "data.val_fraction=0.25 precision=fp32 train.epochs=100000 train.max_steps=4 "
-                                            "train.log_every_n_steps=2 train.eval_every_n_steps=3 checkpoint.enabled=false threads=1 "
-                                            "data.workers=0 dist.bucket_mb=0.01 ema.enabled=true {}",
-                                            port, config.string(), dir.string(), name, csv.string(), more));
+    const CliResult r = dist_launch_transformer(dir, port, name, "train.eval_every_n_steps=3 checkpoint.enabled=false " + more);
     EXPECT_EQ(r.code, 0) << name << " " << more << "\n" << r.out << r.err;
     return r;
   };
-  auto strategy_row = [&](const std::string& name) {
-    const nlohmann::json plan = nlohmann::json::parse(bellows::testing::slurp(dir / name / "plan.json"));
-    for (const auto& e : plan["entries"]) {
-      if (e["key"] == "strategy") return std::make_pair(e["value"].get<std::string>(), e["reason"].get<std::string>());
-    }
-    ADD_FAILURE() << "no strategy row in " << name;
-    return std::make_pair(std::string(), std::string());
-  };
+  auto strategy_row = [&](const std::string& name) { return dist_strategy_row(dir / name); };
   auto megabytes = [](const std::string& reason, const std::string& strategy) {
     std::smatch m;
     EXPECT_TRUE(std::regex_search(reason, m, std::regex(strategy + " ([0-9.]+) MB \\(weights"))) << strategy << ": " << reason;
@@ -531,6 +539,65 @@ TEST(DistCli, AutoStrategyPicksDdpZero2OrFsdpByMemoryPerRank) {
     EXPECT_LT(mb(fsdp_record, "grads"), 0.55 * mb(ddp_record, "grads")) << rank;
     EXPECT_GT(mb(fsdp_record, "grads"), 0.45 * mb(ddp_record, "grads")) << rank;
   }
+}
+
+// The same transformer with checkpoints on: auto counts what a checkpoint adds to a rank (the category `checkpoint`).
+// ddp's is rank 0's host copies of the weights, the optimizer state and the EMA (checkpoint.layout auto: whole under
+// ddp); zero2's and fsdp's nothing (auto: sharded, each rank writing its share). Under a cpu_tensor_limit_mb that ddp's
+// step fits and its checkpoint does not, auto takes zero2, which trains and writes its final checkpoint within the limit
+// (the limit leaves room for zero2's checkpoint gathered whole too: the test holds with the whole writer of today and
+// the sharded one). With checkpoint.layout: whole (rank 0 gathers and copies everything, whatever the strategy) under a
+// limit that zero2's step fits and no strategy's whole checkpoint does, the row says that none fits.
+TEST(DistCli, AutoStrategyCountsCheckpointsAndPicksOneThatSurvivesThem) {
+  const fs::path dir = bellows::testing::scratch_dir("bellows_dist_auto_ckpt");
+  dist_write_csv(dir);
+  const int port = 20000 + static_cast<int>((getpid() + 91) % 20000);
+  auto launch = [&](const std::string& name, const std::string& more) {
+    return dist_launch_transformer(dir, port, name,
+                                   "train.eval_every_n_steps=0 checkpoint.enabled=true checkpoint.at_end=true dist.strategy=auto " + more);
+  };
+  auto strategy_row = [&](const std::string& name) { return dist_strategy_row(dir / name); };
+  // An option's megabytes per rank in the row: its total and its checkpoint category.
+  auto predicted = [](const std::string& reason, const std::string& strategy) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(reason, m, std::regex(strategy + " ([0-9.]+) MB \\(weights [^)]*, checkpoint ([0-9.]+)\\)")))
+        << strategy << ": " << reason;
+    return m.empty() ? std::make_pair(0.0, 0.0) : std::make_pair(std::stod(m[1].str()), std::stod(m[2].str()));
+  };
+  // --- with room: the whole layout's predictions ---
+  const CliResult whole = launch("whole", "checkpoint.layout=whole");
+  ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+  const auto [whole_choice, whole_why] = strategy_row("whole");
+  EXPECT_EQ(whole_choice, "ddp");
+  EXPECT_THAT(whole_why, HasSubstr("; checkpoints in the whole layout; ddp "));
+  const auto [ddp, ddp_checkpoint] = predicted(whole_why, "ddp");
+  const auto [zero2_whole, zero2_whole_checkpoint] = predicted(whole_why, "zero2");
+  const auto [fsdp_whole, fsdp_whole_checkpoint] = predicted(whole_why, "fsdp");
+  EXPECT_GT(ddp_checkpoint, 0.2 * ddp) << whole_why;  // 2.15 MB of host copies, less what a step lets go
+  EXPECT_GT(zero2_whole_checkpoint, 0) << whole_why;
+  EXPECT_GT(fsdp_whole_checkpoint, 0) << whole_why;
+  // --- ddp's step fits 80% of the limit, its checkpoint does not: zero2, whose checkpoints are sharded ---
+  const double survives_mb = 0.97 * ddp / 0.8;
+  ASSERT_LT(ddp - ddp_checkpoint, 0.8 * survives_mb) << whole_why;  // without the category, auto would keep ddp
+  const CliResult survives = launch("survives", fmt::format("cpu_tensor_limit_mb={:.4f}", survives_mb));
+  EXPECT_EQ(survives.code, 0) << survives.out << survives.err;
+  const auto [choice, why] = strategy_row("survives");
+  EXPECT_EQ(choice, "zero2") << why;
+  EXPECT_THAT(why, HasSubstr("auto: zero2 fits 80% of cpu_tensor_limit_mb"));
+  EXPECT_THAT(why, HasSubstr("; checkpoints in each strategy's layout; ddp "));
+  EXPECT_EQ(predicted(why, "zero2").second, 0) << why;
+  EXPECT_EQ(predicted(why, "fsdp").second, 0) << why;
+  EXPECT_NEAR(predicted(why, "ddp").first, ddp, 0.02 * ddp) << why;
+  EXPECT_TRUE(bellows::ckpt::find_latest_valid(dir / "survives" / "checkpoints").has_value()) << survives.out << survives.err;
+  // --- whole: zero2's step fits, no strategy's checkpoint does; the row says so (the run may run out of memory) ---
+  const double least_whole = std::min({ddp, zero2_whole, fsdp_whole});
+  const double cannot_mb = ((zero2_whole - zero2_whole_checkpoint) + least_whole) / 2 / 0.8;
+  const CliResult cannot = launch("cannot", fmt::format("checkpoint.layout=whole cpu_tensor_limit_mb={:.4f}", cannot_mb));
+  EXPECT_TRUE(cannot.code == 0 || cannot.code == 4) << cannot.out << cannot.err;  // 4: out of memory, as the row warned
+  const auto [cannot_choice, cannot_why] = strategy_row("cannot");
+  EXPECT_THAT(cannot_why, HasSubstr("auto: no strategy fits 80% of cpu_tensor_limit_mb"));
+  EXPECT_THAT(cannot_why, HasSubstr("expect to run out of memory"));
+  EXPECT_THAT(cannot_why, HasSubstr("checkpoint.layout: sharded"));
 }
 
 // A user's TorchScript module (model.name: torchscript; tests/e2e/make_scripted_models.py's MLP) under zero1 and

@@ -34,6 +34,9 @@ plan::PlanEntry length_entry(const train::TrainerOptions& options, std::int64_t 
 // the optimizer's fused kernels) it checks again at fit(), falling back with a message.
 plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOptions& o, std::int64_t world_size);
 
+// State tensors the optimizer keeps per trainable parameter: Adam's two moments, SGD's momentum (or none).
+int optimizer_states(const config::Config& config);
+
 // The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
 train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);
 // checkpoint.layout resolved for the run's strategy (auto: the entry's StrategyEntry::checkpoint_layout) into

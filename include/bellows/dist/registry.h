@@ -1,7 +1,8 @@
 // The strategy registry: how replicas meet (dist/strategy.h) is chosen by name (`dist.strategy`), and each strategy
 // registers a StrategyEntry from its own file (src/dist/strategies/), like a model or a data source: its keys, whether
-// it joins a job of several processes, its preference under `auto`, and how to build it. app/ builds the run's
-// strategy from the entry and never names one.
+// it joins a job of several processes, its preference under `auto`, its bytes per rank by category (dist/memory.h)
+// and auto's order among them, and how to build it. app/ builds the run's strategy from the entry and plan/ sizes the
+// options from the entries; neither names one.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -15,6 +16,7 @@
 #include "bellows/config/schema.h"     // defines: Schema
 #include "bellows/dist/ddp.h"          // defines: Ddp
 #include "bellows/dist/environment.h"  // defines: ProcessInfo
+#include "bellows/dist/memory.h"       // defines: MemoryFacts, RankBytes
 #include "bellows/dist/strategy.h"     // defines: Strategy
 
 namespace bellows::dist {
@@ -37,8 +39,13 @@ struct StrategyEntry {
   // process trains alone, which an environment naming several processes contradicts.
   bool several_processes = false;
   // dist.strategy: auto joins as, among the entries for the job's process count (one, or several), the highest (0:
-  // never); for several, app/ then moves to zero2 or fsdp by memory once the model is built (plan/strategy.h).
+  // never); for several, the run then decides by memory once the model is built (auto_memory_order).
   int auto_preference = 0;
+  // Its bytes per rank by category, at the peak of a step or of a checkpoint (dist/memory.h); empty: none is known.
+  std::function<RankBytes(const MemoryFacts&)> memory;
+  // dist.strategy: auto on several processes tries the entries with a memory model in this order (1 first) and takes
+  // the first that fits a rank's budget (plan/strategy.h); 0: never (asked for by name only).
+  int auto_memory_order = 0;
   // checkpoint.layout: auto writes its checkpoints as "whole" (one set of files, written by rank 0) or "sharded"
   // (every rank writes what it holds; ckpt/sharded.h): sharded where the strategy shards the training state.
   std::string checkpoint_layout = "whole";
@@ -51,6 +58,9 @@ std::vector<std::string> strategy_names();
 const StrategyEntry& find_strategy(const std::string& name);  // kConfig error naming the closest registered name
 // What dist.strategy: auto is for a job of `world_size` processes.
 const StrategyEntry& auto_strategy(int world_size);
+// The entry's bytes per rank for `facts`, its checkpoint layout where facts say auto (StrategyEntry::checkpoint_layout).
+// kInternal error for an entry without a memory model.
+RankBytes rank_bytes(const StrategyEntry& entry, MemoryFacts facts);
 
 // Registration, one static object per strategy (in its own file):
 //   const bellows::dist::StrategyRegistrar kMineStrategyRegistered(mine_strategy());

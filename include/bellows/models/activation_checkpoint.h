@@ -74,7 +74,7 @@ class Checkpointable {
 
 // The block names that the glob patterns (fnmatch: `*` and `?` also match dots) select, in block order. A
 // pattern that selects nothing is a kConfig error naming `key` (the config key the patterns come from) and listing the
-// blocks there are.
+// blocks there are. util's select_names (util/name_patterns.h), which dist/ uses for fsdp's units too.
 std::vector<std::string> select_blocks(const std::vector<std::string>& patterns, const std::vector<std::string>& blocks,
                                        const std::string& key = "checkpointing");
 

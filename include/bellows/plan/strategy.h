@@ -1,10 +1,11 @@
-// dist.strategy: auto for a job of several processes: the bytes each rank would hold under each data-parallel
-// strategy, by category, and the choice among them. ddp when the model's weights, gradients, optimizer state, EMA
-// and the measured activations fit the rank's memory with a margin; else zero2 (optimizer state and gradients
-// sharded); else fsdp (weights sharded too); where none fits, the one that holds least, saying so. The plan decides
-// from byte counts; app/ measures them (the model, the optimizer, a probe step), so plan/ knows neither.
+// dist.strategy: auto for a job of several processes: the bytes each rank would hold under each strategy, by
+// category, and the choice among them. Each strategy's registry entry sizes its own (StrategyEntry::memory,
+// dist/memory.h) and says when auto tries it (StrategyEntry::auto_memory_order: ddp, then zero2, then fsdp; zero1
+// never): the first whose peak fits the rank's memory with a margin is chosen; where none fits, the one that holds
+// least, saying so. The plan decides from byte counts; app/ measures them (the model, the optimizer, a probe step),
+// so plan/ knows neither, and it names no strategy.
 //
-// The model of a rank's memory at its peak (the end of backward, before the optimizer step; w ranks):
+// The model of a rank's memory at its peak (w ranks; the entries' comments say more):
 //   weights     ddp: every parameter and buffer. zero1, zero2: the same, plus the flat buffer in which an owner's
 //               updated weights are broadcast (1/w of the trainable ones). fsdp: what lies outside the units whole, the
 //               units' trainable weights / w, plus three units' worth while one runs (its weights, the buffer they
@@ -15,13 +16,24 @@
 //   optimizer   state tensors per trainable parameter (AdamW 2, SGD with momentum 1) x the trainable bytes; / w for
 //               zero1, zero2 and fsdp.
 //   ema         a copy of the weights (ema.enabled); fsdp: of what the rank holds between steps.
-//   activations the probe step's peak above the weights, less its gradients (measured on this rank's device).
+//   activations the probe step's peak above the weights, less its gradients (measured on this rank's device, every
+//               weight and gradient whole, no communication).
+//   checkpoint  with checkpoints on, what a checkpoint adds to the busiest rank's (rank 0's) peak. Layout whole
+//               (checkpoint.layout, or auto: the entry's StrategyEntry::checkpoint_layout, whole under ddp): rank 0
+//               gathers the others' optimizer state (zero1, zero2, fsdp; under fsdp every weight on every rank and the
+//               EMA too) and, on the CPU, makes host copies of every weight, the whole optimizer state and the EMA
+//               (on a GPU those are host memory, outside the rank's budget). Layout sharded (auto under zero1, zero2,
+//               fsdp): each rank writes its share from the tensors it holds, nothing more; one process's background
+//               write copies what it holds. A checkpoint comes between optimizer steps, so the activations, backward's
+//               gradients and gather buffers it no longer holds make room: the category is what remains above the
+//               step's peak (0 where a checkpoint fits inside it).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "bellows/dist/memory.h"       // defines: MemoryFacts, RankBytes
 #include "bellows/hw/hardware_info.h"  // defines: HardwareInfo
 #include "bellows/plan/plan.h"         // defines: Plan, PlanEntry
 
@@ -30,42 +42,28 @@ namespace bellows::plan {
 inline constexpr double kStrategyMemoryMargin = 0.20;  // a strategy fits when it needs at most 80% of the budget
 
 struct StrategyRequest {
-  int world_size = 2;
+  dist::MemoryFacts facts;              // what each entry sizes its bytes from (world size, the model, the probe step)
   int local_world_size = 1;             // processes on this node: on the CPU they share the host's memory
-  std::int64_t weight_bytes = 0;        // every parameter (trainable and frozen) and buffer, once
-  std::int64_t trainable_bytes = 0;     // the trainable parameters (what has gradients and optimizer state)
-  std::int64_t trainable_tensors = 0;   // zero1, zero2 and fsdp give each tensor one owner: at least one per rank
-  std::int64_t unit_bytes = 0;          // fsdp: the trainable weights inside its units
-  std::int64_t largest_unit_bytes = 0;  // fsdp: the largest unit's
-  std::string fsdp_unfit;               // why fsdp cannot train this model ("" where it can)
-  int optimizer_states = 2;             // state tensors per trainable parameter
-  bool ema = false;
-  std::int64_t bucket_bytes = 25LL << 20;  // dist.bucket_mb
-  // The probe step: its peak above what was held before it, on `activation_samples` samples; -1: it ran out of
-  // memory; -2: memory on the device is not counted.
-  std::int64_t step_peak_bytes = 0;
-  std::int64_t activation_samples = 1;
-  std::string activation_basis;        // how the probe was taken ("the micro-batch of 32 samples")
-  double memory_budget_gib = 0;        // per process; 0: the GPU's free memory, or the host's available memory / processes on the node
-  std::int64_t limit_bytes = 0;        // cpu_tensor_limit_mb or gpu_memory_limit_mb (per process): the budget where smaller
+  std::int64_t activation_samples = 1;  // the probe step's samples
+  std::string activation_basis;         // how the probe was taken ("the micro-batch of 32 samples")
+  double memory_budget_gib = 0;         // per process; 0: the GPU's free memory, or the host's available memory / processes on the node
+  std::int64_t limit_bytes = 0;         // cpu_tensor_limit_mb or gpu_memory_limit_mb (per process): the budget where smaller
 };
 
 // One option's bytes per rank, by category.
-struct RankMemory {
-  std::string strategy;  // ddp | zero1 | zero2 | fsdp
-  std::int64_t weights = 0, gradients = 0, optimizer = 0, ema = 0, activations = 0;
-  std::string unfit;  // why the strategy cannot run this job ("" where it can)
-  std::int64_t total() const { return weights + gradients + optimizer + ema + activations; }
+struct RankMemory : dist::RankBytes {
+  std::string strategy;  // the entry's name
+  int auto_order = 0;    // StrategyEntry::auto_memory_order (0: auto never takes it)
 };
 
-// The four options in the order ddp, zero1, zero2, fsdp (activations: 0 where the probe did not measure them).
+// Every registered strategy with a memory model: auto's options in its order, then the others by name.
 std::vector<RankMemory> rank_memory(const StrategyRequest& request);
 
-// "ddp 812 MB (weights 203, gradients 203, optimizer 406, ema 0, activations 0)": one option, megabytes.
+// "ddp 812 MB (weights 203, gradients 203, optimizer 406, ema 0, activations 0, checkpoint 0)": one option, megabytes.
 std::string describe_rank_memory(const RankMemory& option);
 
 struct StrategyChoice {
-  std::string name;  // ddp | zero2 | fsdp
+  std::string name;  // the entry chosen
   PlanEntry entry;   // "strategy", name, why: the budget, each option's bytes per rank
   std::vector<RankMemory> options;
   std::int64_t budget_bytes = 0;

@@ -2,6 +2,7 @@
 // (src/obs/op_flops.cpp): each through the counter on real ops, against a hand count, and the convolution formula
 // against the profiler's own count of a 2-D convolution.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // defines: at::NoGradGuard
 #include <gtest/gtest.h>
 
 #include "bellows/obs/profile.h"

@@ -2,6 +2,7 @@
 #include "bellows/app/precision_trial.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // formats the shapes (c10::ArrayRef)
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -1,9 +1,10 @@
 // The bad-input catalogue: one row per way a user's input can be wrong (each kind of configuration error, each
 // data format's corruptions, data/model shape mismatches, missing files, permission denied, checkpoints of
-// another model or another format version). Every row runs the real `bellows` and checks the exit code, the
-// fragments of stderr that name the offending file, key, line or value, and that nothing half-written is left:
-// no ".tmp"/".old-" entry anywhere in the scratch directory and no checkpoint in the output directory.
-// Rows that say "found by this catalogue" are regression tests of the defects it found.
+// another model or another format version, sharded checkpoints missing a shard or mixing two steps' shards). Every row
+// runs the real `bellows` and checks the exit code, the fragments of stderr that name the offending file, key, line or
+// value, and that nothing half-written is left: no ".tmp"/".old-" entry anywhere in the scratch directory and no
+// checkpoint in the output directory. Rows that say "found by this catalogue" are regression tests of the defects it
+// found.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -79,7 +80,8 @@ std::vector<BadInput> run_rows() {
        },
        kResume + "'" + kCheckpoint + "'",
        3,
-       {"checkpoint " + kCheckpoint + " is not usable: format version 999 (this bellows reads"}},
+       {"checkpoint " + kCheckpoint +
+        " is not usable: format version 999: written by a newer bellows (this bellows, "}},
       {"ResumeFromAMissingCheckpoint", nothing, kResume + "'{dir}/nowhere'", 3, {"{dir}/nowhere does not exist"}},
       {"ResumeFromACorruptCheckpoint",
        [](const fs::path& d) {
@@ -123,6 +125,53 @@ std::vector<BadInput> run_rows() {
        "ckpt inspect '" + kCheckpoint + "'",
        3,
        {kCheckpoint + "/manifest.json: malformed manifest"}},
+
+      // --- sharded checkpoints (exit 3; issue 45): the checkpoint and the shard named, and why ---
+      {"ResumeFromAShardedCheckpointMissingAShard",
+       [](const fs::path& d) { remove_shard(train_sharded_demo_checkpoint(d)); },
+       kResume + "'" + kCheckpoint + "'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " is missing"}},
+      {"ResumeFromAShardedCheckpointWithAWrongChecksum",
+       [](const fs::path& d) { corrupt_shard(train_sharded_demo_checkpoint(d)); },
+       kResume + "'" + kCheckpoint + "'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard +
+        ": checksum mismatch (SHA-256 differs from the manifest)"}},
+      {"ResumeFromShardsOfTwoSteps",
+       [](const fs::path& d) { shard_of_another_step(train_sharded_demo_checkpoint(d)); },
+       kResume + "'" + kCheckpoint + "'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard +
+        " belongs to step 2, the manifest to step 4 (shards of two checkpoints mixed)"}},
+      {"ResumeFromAShardedCheckpointOfANewerBellows",
+       [](const fs::path& d) { manifest_of_a_newer_bellows(train_sharded_demo_checkpoint(d)); },
+       kResume + "'" + kCheckpoint + "'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: format version 3: written by a newer bellows (this bellows, ",
+        "reads versions 1 and 2)"}},
+      {"CkptInspectShardsOfTwoSteps",
+       [](const fs::path& d) { shard_of_another_step(train_sharded_demo_checkpoint(d)); },
+       "ckpt inspect '" + kCheckpoint + "'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " belongs to step 2"}},
+      {"CkptExportAShardedCheckpointMissingAShard",
+       [](const fs::path& d) { remove_shard(train_sharded_demo_checkpoint(d)); },
+       "ckpt export '" + kCheckpoint + "' --to '{dir}/weights.safetensors'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " is missing"},
+       false,
+       {"{dir}/weights.safetensors"}},
+      {"PredictFromAShardedCheckpointWithAWrongChecksum",
+       [](const fs::path& d) {
+         corrupt_shard(train_sharded_demo_checkpoint(d));
+         data::write_npy(d / "x.npy", at::ones({10, 64}));
+       },
+       "predict '" + kCheckpoint + "' --threads 1 --input '{dir}/x.npy' --output '{dir}/out.npy'",
+       3,
+       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + ": checksum mismatch"},
+       false,
+       {"{dir}/out.npy"}},
 
       // --- resources (exit 4) ---
       {"OutputDirUnwritable",

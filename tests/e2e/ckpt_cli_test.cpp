@@ -1,6 +1,6 @@
 // `bellows ckpt inspect` and `bellows ckpt export` on checkpoints written through the library, whole and sharded; on
 // two ranks' sharded checkpoint (zero2) against ddp's whole one of the same weights: the same export, read by Python,
-// and the same predictions.
+// and the same predictions; resume=auto passing over a broken sharded checkpoint to the newest valid one.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -8,9 +8,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
+#include "bad_input.h"  // defines: train_demo_checkpoint, the ways a sharded checkpoint breaks
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/checksum.h"
 #include "bellows/ckpt/safetensors.h"
@@ -269,6 +272,50 @@ TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOf
     EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{10, 1}));
     EXPECT_TRUE(y.equal(data::read_npy(dir / "ddp.npy"))) << weights;
   }
+}
+
+// --- resume=auto past a broken sharded checkpoint ---
+
+// Each way a sharded checkpoint breaks, in a copy of the same run: resume=auto names the broken step 4 and why, and
+// continues from step 2. A whole checkpoint (format version 1, the layout of every checkpoint before sharding) still
+// loads.
+TEST(CkptCli, ResumeAutoPassesOverABrokenShardedCheckpointToTheNewestValidOne) {
+  namespace bad = bad_input;
+  const fs::path dir = scratch_dir("ckpt_resume_auto");
+  bad::train_sharded_demo_checkpoint(dir);
+  const std::vector<std::tuple<std::string, std::function<void(const fs::path&)>, std::string>> cases = {
+      {"missing", bad::remove_shard, bad::kShard + " is missing"},
+      {"checksum", bad::corrupt_shard, bad::kShard + ": checksum mismatch (SHA-256 differs from the manifest)"},
+      {"steps", bad::shard_of_another_step,
+       bad::kShard + " belongs to step 2, the manifest to step 4 (shards of two checkpoints mixed)"},
+      {"newer", bad::manifest_of_a_newer_bellows, "format version 3: written by a newer bellows"},
+  };
+  const std::string resume =
+      std::string(" train.max_steps=6 model.hidden=[8] checkpoint.layout=sharded resume=auto") + bad::kDemoData;
+  for (const auto& [name, breakage, problem] : cases) {
+    const fs::path out = dir / name;
+    fs::copy(dir / "src", out, fs::copy_options::recursive);
+    breakage(out / "demo" / "checkpoints" / "step-000000004");
+    const CliResult r = run_cli("train --output-dir '" + out.string() + "'" + resume);
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;
+    EXPECT_THAT(r.out + r.err, HasSubstr("warning: skipped checkpoint step-000000004: " + problem)) << name;
+    EXPECT_THAT(r.out,
+                HasSubstr("resumed from " + (out / "demo" / "checkpoints" / "step-000000002").string() + " (step 2"))
+        << name;
+    EXPECT_THAT(r.out, HasSubstr("optimizer steps   6")) << name;
+  }
+  // Version 1: what the whole layout writes, as bellows wrote every checkpoint before the sharded layout.
+  const fs::path whole = dir / "whole";
+  bad::train_demo_checkpoint(whole);
+  const ckpt::Manifest m = ckpt::read_manifest(whole / "src" / "demo" / "checkpoints" / "step-000000004");
+  EXPECT_EQ(m.format_version, 1);
+  EXPECT_FALSE(nlohmann::json::parse(slurp(whole / "src" / "demo" / "checkpoints" / "step-000000004" / "manifest.json"))
+                   .contains("layout"));
+  const CliResult r = run_cli("train --output-dir '" + (whole / "src").string() + "'" + resume);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("resumed from " + (whole / "src" / "demo" / "checkpoints" / "step-000000004").string() +
+                               " (step 4"));
+  EXPECT_EQ(ckpt::read_manifest(whole / "src" / "demo" / "checkpoints" / "step-000000006").layout, "sharded");
 }
 
 }  // namespace

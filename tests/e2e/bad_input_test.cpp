@@ -12,6 +12,26 @@
 
 namespace bellows::testing::bad_input {
 
+namespace {
+
+// A row on the demo's sharded checkpoint (train_sharded_demo_checkpoint) broken by `breakage`, with an input for
+// predict beside it: exit 3, "checkpoint <step 4> is not usable: <problem>", and no `absent` file written.
+BadInput sharded_row(const std::string& name, void (*breakage)(const fs::path&), const std::string& args,
+                     const std::string& problem, const std::string& absent = "") {
+  return {name,
+          [breakage](const fs::path& d) {
+            breakage(train_sharded_demo_checkpoint(d));
+            data::write_npy(d / "x.npy", at::ones({10, 64}));  // the demo's 64 features
+          },
+          args,
+          3,
+          {"checkpoint " + kCheckpoint + " is not usable: " + problem},
+          false,
+          absent.empty() ? std::vector<std::string>{} : std::vector<std::string>{absent}};
+}
+
+}  // namespace
+
 std::vector<BadInput> run_rows() {
   return {
       // --- the data against the model ---
@@ -127,51 +147,22 @@ std::vector<BadInput> run_rows() {
        {kCheckpoint + "/manifest.json: malformed manifest"}},
 
       // --- sharded checkpoints (exit 3; issue 45): the checkpoint and the shard named, and why ---
-      {"ResumeFromAShardedCheckpointMissingAShard",
-       [](const fs::path& d) { remove_shard(train_sharded_demo_checkpoint(d)); },
-       kResume + "'" + kCheckpoint + "'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " is missing"}},
-      {"ResumeFromAShardedCheckpointWithAWrongChecksum",
-       [](const fs::path& d) { corrupt_shard(train_sharded_demo_checkpoint(d)); },
-       kResume + "'" + kCheckpoint + "'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard +
-        ": checksum mismatch (SHA-256 differs from the manifest)"}},
-      {"ResumeFromShardsOfTwoSteps",
-       [](const fs::path& d) { shard_of_another_step(train_sharded_demo_checkpoint(d)); },
-       kResume + "'" + kCheckpoint + "'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard +
-        " belongs to step 2, the manifest to step 4 (shards of two checkpoints mixed)"}},
-      {"ResumeFromAShardedCheckpointOfANewerBellows",
-       [](const fs::path& d) { manifest_of_a_newer_bellows(train_sharded_demo_checkpoint(d)); },
-       kResume + "'" + kCheckpoint + "'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: format version 3: written by a newer bellows (this bellows, ",
-        "reads versions 1 and 2)"}},
-      {"CkptInspectShardsOfTwoSteps",
-       [](const fs::path& d) { shard_of_another_step(train_sharded_demo_checkpoint(d)); },
-       "ckpt inspect '" + kCheckpoint + "'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " belongs to step 2"}},
-      {"CkptExportAShardedCheckpointMissingAShard",
-       [](const fs::path& d) { remove_shard(train_sharded_demo_checkpoint(d)); },
-       "ckpt export '" + kCheckpoint + "' --to '{dir}/weights.safetensors'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + " is missing"},
-       false,
-       {"{dir}/weights.safetensors"}},
-      {"PredictFromAShardedCheckpointWithAWrongChecksum",
-       [](const fs::path& d) {
-         corrupt_shard(train_sharded_demo_checkpoint(d));
-         data::write_npy(d / "x.npy", at::ones({10, 64}));
-       },
-       "predict '" + kCheckpoint + "' --threads 1 --input '{dir}/x.npy' --output '{dir}/out.npy'",
-       3,
-       {"checkpoint " + kCheckpoint + " is not usable: " + kShard + ": checksum mismatch"},
-       false,
-       {"{dir}/out.npy"}},
+      sharded_row("ResumeFromAShardedCheckpointMissingAShard", remove_shard, kResume + "'" + kCheckpoint + "'",
+                  kShard + " is missing"),
+      sharded_row("ResumeFromAShardedCheckpointWithAWrongChecksum", corrupt_shard, kResume + "'" + kCheckpoint + "'",
+                  kShard + ": checksum mismatch (SHA-256 differs from the manifest)"),
+      sharded_row("ResumeFromShardsOfTwoSteps", shard_of_another_step, kResume + "'" + kCheckpoint + "'",
+                  kShard + " belongs to step 2, the manifest to step 4 (shards of two checkpoints mixed)"),
+      sharded_row("ResumeFromAShardedCheckpointOfANewerBellows", manifest_of_a_newer_bellows,
+                  kResume + "'" + kCheckpoint + "'", "format version 3: written by a newer bellows (this bellows, "),
+      sharded_row("CkptInspectShardsOfTwoSteps", shard_of_another_step, "ckpt inspect '" + kCheckpoint + "'",
+                  kShard + " belongs to step 2"),
+      sharded_row("CkptExportAShardedCheckpointMissingAShard", remove_shard,
+                  "ckpt export '" + kCheckpoint + "' --to '{dir}/weights.safetensors'", kShard + " is missing",
+                  "{dir}/weights.safetensors"),
+      sharded_row("PredictFromAShardedCheckpointWithAWrongChecksum", corrupt_shard,
+                  "predict '" + kCheckpoint + "' --threads 1 --input '{dir}/x.npy' --output '{dir}/out.npy'",
+                  kShard + ": checksum mismatch", "{dir}/out.npy"),
 
       // --- resources (exit 4) ---
       {"OutputDirUnwritable",

@@ -94,6 +94,20 @@ TEST(CkptCli, ExportWritesRawOrEmaWeights) {
   EXPECT_EQ(run_cli("ckpt export '" + p.string() + "'").code, 2);      // --to is required
 }
 
+// `ckpt export` of the sharded and of the whole checkpoint, raw and then EMA (left in <dir>/sharded.safetensors and
+// whole.safetensors): `tensors` tensors each, the same bytes.
+void expect_same_exports(const fs::path& sharded, const fs::path& whole, const fs::path& dir, std::size_t tensors) {
+  for (const std::string ema : {"", " --ema"}) {
+    for (const auto& [from, to] :
+         {std::pair{sharded, dir / "sharded.safetensors"}, std::pair{whole, dir / "whole.safetensors"}}) {
+      const CliResult e = run_cli("ckpt export '" + from.string() + "' --to '" + to.string() + "'" + ema);
+      ASSERT_EQ(e.code, 0) << e.err;
+      EXPECT_THAT(e.out, HasSubstr(fmt::format("wrote {} tensors", tensors)));
+    }
+    EXPECT_EQ(slurp(dir / "sharded.safetensors"), slurp(dir / "whole.safetensors")) << ema;
+  }
+}
+
 // The same tensors as one process's sharded checkpoint (one shard): inspect names the layout, the shard and the rank;
 // export writes the bytes the whole layout's export writes, raw and EMA.
 TEST(CkptCli, ShardedCheckpointOfOneProcessInspectsAndExportsAsTheWholeOne) {
@@ -129,15 +143,7 @@ TEST(CkptCli, ShardedCheckpointOfOneProcessInspectsAndExportsAsTheWholeOne) {
   EXPECT_THAT(text.out, HasSubstr("layout sharded: 1 rank(s) wrote it, a shard each"));
   EXPECT_THAT(text.out, HasSubstr("  shard-00000-of-00001.safetensors "));
   EXPECT_THAT(text.out, HasSubstr("  in shard-00000-of-00001.safetensors (rank 0)\n"));
-  for (const std::string ema : {"", " --ema"}) {
-    for (const auto& [from, to] :
-         {std::pair{whole, dir / "whole.safetensors"}, std::pair{sharded, dir / "sharded.safetensors"}}) {
-      const CliResult e = run_cli("ckpt export '" + from.string() + "' --to '" + to.string() + "'" + ema);
-      ASSERT_EQ(e.code, 0) << e.err;
-      EXPECT_THAT(e.out, HasSubstr("wrote 2 tensors"));
-    }
-    EXPECT_EQ(slurp(dir / "sharded.safetensors"), slurp(dir / "whole.safetensors")) << ema;
-  }
+  expect_same_exports(sharded, whole, dir, 2);
 }
 
 // --- two ranks ---
@@ -225,15 +231,7 @@ TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOf
   EXPECT_THAT(text.out, HasSubstr("  in shard-00001-of-00002.safetensors (rank 1)\n"));
 
   // export: the same file from the shards as from ddp's whole checkpoint, raw and EMA.
-  for (const std::string ema : {"", " --ema"}) {
-    for (const auto& [from, to] :
-         {std::pair{sharded, dir / "sharded.safetensors"}, std::pair{whole, dir / "whole.safetensors"}}) {
-      const CliResult e = run_cli("ckpt export '" + from.string() + "' --to '" + to.string() + "'" + ema);
-      ASSERT_EQ(e.code, 0) << e.err;
-      EXPECT_THAT(e.out, HasSubstr("wrote 4 tensors"));
-    }
-    EXPECT_EQ(slurp(dir / "sharded.safetensors"), slurp(dir / "whole.safetensors")) << ema;
-  }
+  expect_same_exports(sharded, whole, dir, 4);
   const auto exported = ckpt::read_safetensors(dir / "sharded.safetensors");  // EMA
   ASSERT_EQ(exported.size(), 4u);
   EXPECT_TRUE(

@@ -316,14 +316,26 @@ std::string layout_name(at::Layout layout) {
   return s.str();
 }
 
-// A tensor as it will be written: its name, dtype and CPU contiguous data.
-struct Entry {
+// A tensor's place in the file: its name, dtype and shape, and where it came from (its index in the caller's list).
+struct Slot {
   std::string name;
   const Dtype* dtype;
-  at::Tensor data;
+  std::vector<std::int64_t> shape;
+  std::size_t source;
 };
 
-Entry prepare_tensor(const std::string& name, const at::Tensor& t) {
+std::uint64_t nbytes_of(const Slot& s) {
+  std::uint64_t n = s.dtype->itemsize;
+  for (const std::int64_t dim : s.shape) {
+    BELLOWS_CHECK_DATA(
+        dim >= 0 && !__builtin_mul_overflow(n, static_cast<std::uint64_t>(dim), &n),
+        fmt::format("safetensors: tensor '{}' has the shape {}, which no file can hold", s.name, shape_of(s.shape)),
+        "give every tensor a shape of non-negative sizes");
+  }
+  return n;
+}
+
+void check_name(const std::string& name) {
   BELLOWS_CHECK_DATA(!name.empty(), "safetensors: cannot write a tensor with an empty name",
                      "give every tensor a name");
   BELLOWS_CHECK_DATA(name != kMetadataKey,
@@ -331,6 +343,20 @@ Entry prepare_tensor(const std::string& name, const at::Tensor& t) {
                                  "metadata",
                                  kMetadataKey),
                      "rename the tensor");
+}
+
+const Dtype* writable_dtype(const std::string& name, at::ScalarType type) {
+  const Dtype* d = find_dtype(type);
+  BELLOWS_CHECK_DATA(d != nullptr,
+                     fmt::format("safetensors: tensor '{}' has dtype {}, which bellows does not write (it writes {})",
+                                 name, c10::toString(type), supported_names()),
+                     "convert it first, e.g. t.to(at::kFloat)");
+  return d;
+}
+
+// A tensor's data as they will be written (CPU, contiguous; dtype preserved), after every check of the tensor.
+at::Tensor prepare_tensor(const std::string& name, const at::Tensor& t) {
+  check_name(name);
   BELLOWS_CHECK_DATA(t.defined(), fmt::format("safetensors: tensor '{}' is undefined", name),
                      "drop it from the dict, or give it a value");
   BELLOWS_CHECK_DATA(!t.is_quantized(),
@@ -343,12 +369,8 @@ Entry prepare_tensor(const std::string& name, const at::Tensor& t) {
                      "convert it first (t.to_dense()), or save its indices and values as separate tensors");
   BELLOWS_CHECK_DATA(!t.is_meta(), fmt::format("safetensors: tensor '{}' is a meta tensor and has no data", name),
                      "materialize it before saving");
-  const Dtype* d = find_dtype(t.scalar_type());
-  BELLOWS_CHECK_DATA(d != nullptr,
-                     fmt::format("safetensors: tensor '{}' has dtype {}, which bellows does not write (it writes {})",
-                                 name, c10::toString(t.scalar_type()), supported_names()),
-                     "convert it first, e.g. t.to(at::kFloat)");
-  return {name, d, t.to(at::kCPU).contiguous().resolve_conj().resolve_neg()};
+  writable_dtype(name, t.scalar_type());
+  return t.to(at::kCPU).contiguous().resolve_conj().resolve_neg();
 }
 
 std::string dump_json(const nlohmann::ordered_json& j) {
@@ -360,17 +382,13 @@ std::string dump_json(const nlohmann::ordered_json& j) {
   }
 }
 
-// The 8-byte length and the padded header, and the tensors in the order their data follow it.
-std::pair<std::string, std::vector<Entry>> prepare(const std::map<std::string, at::Tensor>& tensors,
-                                                   const std::map<std::string, std::string>& metadata) {
-  std::vector<Entry> entries;
-  entries.reserve(tensors.size());
-  for (const auto& [name, t] : tensors) entries.push_back(prepare_tensor(name, t));
+// The 8-byte length and the padded header for these slots, which it puts in the order their data follow it.
+std::string header_bytes(std::vector<Slot>& slots, const std::map<std::string, std::string>& metadata) {
   // The reference's order (descending dtype rank, then name): each tensor's data start aligned to its item size
   // when the previous ones are, and the bytes match Python's for the same tensors.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.dtype->rank > b.dtype->rank; });
-
+  std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) {
+    return a.dtype->rank != b.dtype->rank ? a.dtype->rank > b.dtype->rank : a.name < b.name;
+  });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
@@ -378,13 +396,13 @@ std::pair<std::string, std::vector<Entry>> prepare(const std::map<std::string, a
     header[std::string(kMetadataKey)] = std::move(m);
   }
   std::uint64_t offset = 0;
-  for (const auto& e : entries) {
-    const std::uint64_t n = e.data.nbytes();
+  for (const auto& s : slots) {
+    const std::uint64_t n = nbytes_of(s);
     nlohmann::ordered_json info = nlohmann::ordered_json::object();
-    info["dtype"] = e.dtype->name;
-    info["shape"] = e.data.sizes().vec();
+    info["dtype"] = s.dtype->name;
+    info["shape"] = s.shape;
     info["data_offsets"] = {offset, offset + n};
-    header[e.name] = std::move(info);
+    header[s.name] = std::move(info);
     offset += n;
   }
   std::string text = dump_json(header);
@@ -397,7 +415,33 @@ std::pair<std::string, std::vector<Entry>> prepare(const std::map<std::string, a
   out.reserve(kLengthSize + text.size());
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xff));
   out += text;
-  return {std::move(out), std::move(entries)};
+  return out;
+}
+
+// The tensors' data (prepare_tensor: all checked before anything is written), the header, and their slots in data
+// order.
+struct Prepared {
+  std::vector<at::Tensor> data;
+  std::string header;
+  std::vector<Slot> slots;
+};
+
+Prepared prepare(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  Prepared p;
+  p.data.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    p.data.push_back(prepare_tensor(name, t));
+    p.slots.push_back({name, find_dtype(t.scalar_type()), p.data.back().sizes().vec(), p.data.size() - 1});
+  }
+  p.header = header_bytes(p.slots, metadata);
+  return p;
+}
+
+// Exactly n bytes of the file at the tensor's offset into a fresh tensor.
+at::Tensor read_tensor(const File& f, std::uint64_t data_offset, const TensorInfo& t) {
+  at::Tensor tensor = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+  if (t.end > t.begin) f.read(data_offset + t.begin, tensor.data_ptr(), t.end - t.begin);
+  return tensor;
 }
 
 }  // namespace
@@ -438,8 +482,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
         std::memcpy(tensor.data_ptr(), data, n);
       }
     } else {
-      tensor = at::empty(t.shape, options);
-      if (n > 0) f.read(offset, tensor.data_ptr(), n);
+      tensor = read_tensor(f, h.data_offset, t);
     }
     tensors.emplace(t.name, std::move(tensor));
   }
@@ -447,26 +490,70 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
   return tensors;
 }
 
+at::Tensor read_safetensors_tensor(const std::filesystem::path& path, const SafetensorsHeader& header,
+                                   const TensorInfo& info) {
+  const File f(path);
+  BELLOWS_CHECK_DATA(
+      header.data_offset + info.end <= f.size(),
+      fmt::format("{}: tensor '{}' at bytes {} to {} lies past the end of the file ({} bytes): the file changed "
+                  "after its header was read",
+                  path.string(), info.name, header.data_offset + info.begin, header.data_offset + info.end, f.size()),
+      kRewriteHint);
+  return read_tensor(f, header.data_offset, info);
+}
+
 std::string safetensors_bytes(const std::map<std::string, at::Tensor>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  auto prepared = prepare(tensors, metadata);
-  std::string& out = prepared.first;
+  Prepared p = prepare(tensors, metadata);
+  std::string& out = p.header;
   std::uint64_t total = out.size();
-  for (const auto& e : prepared.second) total += e.data.nbytes();
+  for (const auto& t : p.data) total += t.nbytes();
   out.reserve(total);
-  for (const auto& e : prepared.second) {
-    if (e.data.nbytes() > 0) out.append(static_cast<const char*>(e.data.data_ptr()), e.data.nbytes());
+  for (const auto& s : p.slots) {
+    const at::Tensor& t = p.data[s.source];
+    if (t.nbytes() > 0) out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
   }
   return std::move(out);
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const auto [header, entries] = prepare(tensors, metadata);  // all checks before the file is touched
+  const Prepared p = prepare(tensors, metadata);  // all checks before the file is touched
+  AtomicFileWriter w(path);
+  w.write(p.header);
+  for (const auto& s : p.slots) {
+    const at::Tensor& t = p.data[s.source];
+    if (t.nbytes() > 0) w.write(t.data_ptr(), t.nbytes());
+  }
+  w.commit();
+}
+
+void write_safetensors_streamed(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+                                const std::map<std::string, std::string>& metadata, const TensorLoader& load) {
+  // The header, and every check it allows, before the file is touched.
+  std::vector<Slot> slots;
+  slots.reserve(specs.size());
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    check_name(spec.name);
+    BELLOWS_CHECK_DATA(names.insert(spec.name).second,
+                       fmt::format("safetensors: the tensor '{}' is listed twice", spec.name),
+                       "give every tensor of a file its own name");
+    slots.push_back({spec.name, writable_dtype(spec.name, spec.dtype), spec.shape, i});
+  }
+  const std::string header = header_bytes(slots, metadata);
   AtomicFileWriter w(path);
   w.write(header);
-  for (const auto& e : entries) {
-    if (e.data.nbytes() > 0) w.write(e.data.data_ptr(), e.data.nbytes());
+  for (const auto& s : slots) {
+    // One tensor at a time: loaded, checked against what the header says, written, released.
+    const at::Tensor t = prepare_tensor(s.name, load(specs[s.source]));
+    BELLOWS_CHECK(t.scalar_type() == s.dtype->type && t.sizes().vec() == s.shape,
+                  fmt::format("safetensors: tensor '{}' was announced as {} {} but loaded as {} {} (writing {})",
+                              s.name, s.dtype->name, shape_of(s.shape), c10::toString(t.scalar_type()),
+                              shape_of(t.sizes().vec()), path.string()),
+                  "the loader must return the tensor its spec describes: report this bug");
+    if (t.nbytes() > 0) w.write(t.data_ptr(), t.nbytes());
   }
   w.commit();
 }

@@ -28,11 +28,7 @@
 #include "run_cli.h"
 
 // A namespace of its own: the e2e tests are compiled as a unity build, beside other files' helpers.
-
-// A namespace of its own: the e2e tests are compiled as a unity build, beside other files' helpers.
 namespace bellows::testing::bad_input {
-
-namespace fs = std::filesystem;
 
 namespace fs = std::filesystem;
 
@@ -153,13 +149,17 @@ inline std::vector<std::uint8_t> test_image(bool jpeg) {
   return jpeg ? data::encode_jpeg(img) : data::encode_png(img);
 }
 
-// The demo's MLP (hidden [8]) trained for 4 steps with checkpoints at 2 and 4, in <dir>/src; returns step 4.
+// The demo's MLP (hidden [8]) trained for 4 steps with checkpoints at 2 and 4, in <dir>/src; returns step 4. `extra`:
+// more arguments (" checkpoint.layout=sharded": one process writes the sharded layout, one shard).
 inline const char* const kDemoData = " data.samples=256 data.batch_size=16 threads=1";
-inline fs::path train_demo_checkpoint(const fs::path& dir) {
+inline fs::path train_demo_checkpoint(const fs::path& dir, const std::string& extra = "") {
   const CliResult r = run_cli("train --output-dir '" + (dir / "src").string() +
-                              "' train.max_steps=4 checkpoint.every_n_steps=2 model.hidden=[8]" + kDemoData);
+                              "' train.max_steps=4 checkpoint.every_n_steps=2 model.hidden=[8]" + kDemoData + extra);
   EXPECT_EQ(r.code, 0) << r.err;
   return dir / "src" / "demo" / "checkpoints" / "step-000000004";
+}
+inline fs::path train_sharded_demo_checkpoint(const fs::path& dir) {
+  return train_demo_checkpoint(dir, " checkpoint.layout=sharded");
 }
 
 // Rewrites a checkpoint's manifest.
@@ -167,6 +167,31 @@ inline void edit_manifest(const fs::path& checkpoint, const std::function<void(n
   nlohmann::json m = nlohmann::json::parse(read_bytes(checkpoint / "manifest.json"));
   edit(m);
   std::ofstream(checkpoint / "manifest.json", std::ios::trunc) << m.dump(2) << "\n";
+}
+
+// --- a sharded checkpoint broken (issue 45): each on step 4 of train_sharded_demo_checkpoint, step 2 beside it ---
+
+inline const std::string kShard = "shard-00000-of-00001.safetensors";
+// The manifest names a shard that is not there.
+inline void remove_shard(const fs::path& checkpoint) {
+  fs::remove(checkpoint / kShard);
+}
+// A shard whose bytes differ from its SHA-256 in the manifest.
+inline void corrupt_shard(const fs::path& checkpoint) {
+  replace_once(checkpoint / kShard, "layers.0.weight", "layers.0.weighT");
+}
+// Step 2's shard in step 4, the manifest's checksum and size made to agree: only the shard's step tells.
+inline void shard_of_another_step(const fs::path& checkpoint) {
+  fs::copy_file(checkpoint.parent_path() / "step-000000002" / kShard, checkpoint / kShard,
+                fs::copy_options::overwrite_existing);
+  const std::string bytes = read_bytes(checkpoint / kShard);
+  edit_manifest(checkpoint, [&](nlohmann::json& m) {
+    m["files"][kShard] = {{"sha256", ckpt::sha256_hex(bytes)}, {"bytes", bytes.size()}};
+  });
+}
+// A manifest of the next format version.
+inline void manifest_of_a_newer_bellows(const fs::path& checkpoint) {
+  edit_manifest(checkpoint, [](nlohmann::json& m) { m["format_version"] = 3; });
 }
 
 // --- running unprivileged ---

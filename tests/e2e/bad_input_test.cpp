@@ -1,15 +1,36 @@
 // The bad-input catalogue: one row per way a user's input can be wrong (each kind of configuration error, each
 // data format's corruptions, data/model shape mismatches, missing files, permission denied, checkpoints of
-// another model or another format version). Every row runs the real `bellows` and checks the exit code, the
-// fragments of stderr that name the offending file, key, line or value, and that nothing half-written is left:
-// no ".tmp"/".old-" entry anywhere in the scratch directory and no checkpoint in the output directory.
-// Rows that say "found by this catalogue" are regression tests of the defects it found.
+// another model or another format version, sharded checkpoints missing a shard or mixing two steps' shards). Every row
+// runs the real `bellows` and checks the exit code, the fragments of stderr that name the offending file, key, line or
+// value, and that nothing half-written is left: no ".tmp"/".old-" entry anywhere in the scratch directory and no
+// checkpoint in the output directory. Rows that say "found by this catalogue" are regression tests of the defects it
+// found.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include "bad_input.h"
 
 namespace bellows::testing::bad_input {
+
+namespace {
+
+// A row on the demo's sharded checkpoint (train_sharded_demo_checkpoint) broken by `breakage`, with an input for
+// predict beside it: exit 3, "checkpoint <step 4> is not usable: <problem>", and no `absent` file written.
+BadInput sharded_row(const std::string& name, void (*breakage)(const fs::path&), const std::string& args,
+                     const std::string& problem, const std::string& absent = "") {
+  return {name,
+          [breakage](const fs::path& d) {
+            breakage(train_sharded_demo_checkpoint(d));
+            data::write_npy(d / "x.npy", at::ones({10, 64}));  // the demo's 64 features
+          },
+          args,
+          3,
+          {"checkpoint " + kCheckpoint + " is not usable: " + problem},
+          false,
+          absent.empty() ? std::vector<std::string>{} : std::vector<std::string>{absent}};
+}
+
+}  // namespace
 
 std::vector<BadInput> run_rows() {
   return {
@@ -79,7 +100,8 @@ std::vector<BadInput> run_rows() {
        },
        kResume + "'" + kCheckpoint + "'",
        3,
-       {"checkpoint " + kCheckpoint + " is not usable: format version 999 (this bellows reads"}},
+       {"checkpoint " + kCheckpoint +
+        " is not usable: format version 999: written by a newer bellows (this bellows, "}},
       {"ResumeFromAMissingCheckpoint", nothing, kResume + "'{dir}/nowhere'", 3, {"{dir}/nowhere does not exist"}},
       {"ResumeFromACorruptCheckpoint",
        [](const fs::path& d) {
@@ -123,6 +145,24 @@ std::vector<BadInput> run_rows() {
        "ckpt inspect '" + kCheckpoint + "'",
        3,
        {kCheckpoint + "/manifest.json: malformed manifest"}},
+
+      // --- sharded checkpoints (exit 3; issue 45): the checkpoint and the shard named, and why ---
+      sharded_row("ResumeFromAShardedCheckpointMissingAShard", remove_shard, kResume + "'" + kCheckpoint + "'",
+                  kShard + " is missing"),
+      sharded_row("ResumeFromAShardedCheckpointWithAWrongChecksum", corrupt_shard, kResume + "'" + kCheckpoint + "'",
+                  kShard + ": checksum mismatch (SHA-256 differs from the manifest)"),
+      sharded_row("ResumeFromShardsOfTwoSteps", shard_of_another_step, kResume + "'" + kCheckpoint + "'",
+                  kShard + " belongs to step 2, the manifest to step 4 (shards of two checkpoints mixed)"),
+      sharded_row("ResumeFromAShardedCheckpointOfANewerBellows", manifest_of_a_newer_bellows,
+                  kResume + "'" + kCheckpoint + "'", "format version 3: written by a newer bellows (this bellows, "),
+      sharded_row("CkptInspectShardsOfTwoSteps", shard_of_another_step, "ckpt inspect '" + kCheckpoint + "'",
+                  kShard + " belongs to step 2"),
+      sharded_row("CkptExportAShardedCheckpointMissingAShard", remove_shard,
+                  "ckpt export '" + kCheckpoint + "' --to '{dir}/weights.safetensors'", kShard + " is missing",
+                  "{dir}/weights.safetensors"),
+      sharded_row("PredictFromAShardedCheckpointWithAWrongChecksum", corrupt_shard,
+                  "predict '" + kCheckpoint + "' --threads 1 --input '{dir}/x.npy' --output '{dir}/out.npy'",
+                  kShard + ": checksum mismatch", "{dir}/out.npy"),
 
       // --- resources (exit 4) ---
       {"OutputDirUnwritable",

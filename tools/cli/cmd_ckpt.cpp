@@ -1,4 +1,5 @@
-// `bellows ckpt inspect PATH [--json]` and `bellows ckpt export PATH --to FILE [--ema]` (see ckpt/inspect.h).
+// `bellows ckpt inspect PATH [--json]` and `bellows ckpt export PATH --to FILE [--ema]` (see ckpt/inspect.h), for
+// either layout.
 // inspect exits 3 when the checkpoint does not verify, after describing what it could read.
 #include <iostream>
 
@@ -13,14 +14,16 @@ Action register_ckpt(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   CLI::App* inspect = ckpt->add_subcommand(
-      "inspect", "Files and checksums, versions, counters, config and every tensor (name, dtype, shape, content digest) "
-                 "of a checkpoint (or the newest valid one in a directory)");
+      "inspect",
+      "Files and checksums, versions, counters, config and every tensor (name, dtype, shape, content digest; "
+      "sharded: its shard and rank) of a checkpoint (or the newest valid one in a directory)");
   inspect->add_option("PATH", *path, "step-XXXXXXXXX directory, checkpoints/ or the run directory")->required();
   inspect->add_flag("--json", *json, "One JSON document");
   auto export_path = std::make_shared<std::string>();
   auto to = std::make_shared<std::string>();
   auto ema = std::make_shared<bool>(false);
-  CLI::App* exp = ckpt->add_subcommand("export", "Write a checkpoint's weights as one safetensors file");
+  CLI::App* exp = ckpt->add_subcommand(
+      "export", "Write a checkpoint's weights (whole or sharded) as one safetensors file, one tensor at a time");
   exp->add_option("PATH", *export_path, "step-XXXXXXXXX directory, checkpoints/ or the run directory")->required();
   exp->add_option("--to", *to, "Destination .safetensors file")->required();
   exp->add_flag("--ema", *ema, "Export the EMA weights instead of the raw ones");

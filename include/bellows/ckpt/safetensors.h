@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
                                                    std::map<std::string, std::string>* metadata = nullptr,
                                                    bool mmap = false);
 
+// One tensor of a file whose header `header` is (read_safetensors_header(path)): only its bytes are read, into an
+// ordinary CPU tensor. kData error when they lie past the end of the file (it changed since the header was read).
+at::Tensor read_safetensors_tensor(const std::filesystem::path& path, const SafetensorsHeader& header,
+                                   const TensorInfo& info);
+
 // The file's bytes for these tensors (moved to the CPU, made contiguous; dtype preserved) and metadata, laid
 // out as the Python library lays them out, so that the same tensors give the same bytes:
 //   - tensors ordered by descending dtype rank (the safetensors Dtype enum, roughly the alignment: I64 F64
@@ -65,6 +71,23 @@ std::string safetensors_bytes(const std::map<std::string, at::Tensor>& tensors,
 // fsynced). A failed write leaves `path` as it was and no temporary file (kResource error).
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// What the header says of a tensor before its data exist.
+struct TensorSpec {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<std::int64_t> shape;  // empty for a 0-dim tensor
+};
+using TensorLoader = std::function<at::Tensor(const TensorSpec&)>;
+
+// The bytes write_safetensors() writes for tensors of these names, dtypes and shapes, without ever holding more than
+// one of them: the header from `specs` (any order; names unique), then, in the file's data order, each tensor from
+// `load`, written and released before the next is loaded. Durable and atomic as write_safetensors. The header's
+// checks (names, dtypes, duplicates) come before the file is touched, each loaded tensor's when it is loaded; a
+// loaded tensor of another dtype or shape than its spec is an internal error (the loader's bug). An error from `load`
+// propagates and leaves `path` as it was.
+void write_safetensors_streamed(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+                                const std::map<std::string, std::string>& metadata, const TensorLoader& load);
 
 // The format's name for a dtype ("F32"); a kData error for dtypes the format (or bellows) does not hold.
 const char* safetensors_dtype_name(at::ScalarType dtype);

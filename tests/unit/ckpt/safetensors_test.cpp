@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "bellows/util/error.h"
@@ -379,6 +380,93 @@ TEST_F(SafetensorsWrite, LayoutFollowsDtypeRankThenName) {
   ASSERT_EQ(bytes.size(), 8 + n + 23);
   EXPECT_EQ(bytes.substr(0, 8), le64(n));
   EXPECT_EQ(bytes.substr(8, n), json + std::string(n - json.size(), ' '));
+}
+
+// --- streamed: one tensor at a time ---
+
+using SafetensorsStreamed = SafetensorsTest;
+
+std::vector<TensorSpec> specs_of(const std::map<std::string, at::Tensor>& tensors) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return specs;
+}
+
+// Every dtype, a 0-dim and an empty tensor, the specs in reverse name order: the same bytes as write_safetensors and
+// safetensors_bytes (so Python's), each tensor loaded once, in the file's data order, the previous one released first.
+TEST_F(SafetensorsStreamed, WritesTheBytesOfWriteSafetensorsOneTensorAtATime) {
+  const auto tensors = golden_tensors();
+  std::vector<TensorSpec> specs = specs_of(tensors);
+  std::reverse(specs.begin(), specs.end());
+  const fs::path streamed = dir_ / "streamed.safetensors", whole = dir_ / "whole.safetensors";
+  std::vector<std::string> loaded;
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> previous;
+  write_safetensors_streamed(streamed, specs, kGoldenMetadata, [&](const TensorSpec& s) {
+    EXPECT_TRUE(!previous || previous->expired()) << "loading " << s.name << " while " << loaded.back() << " is alive";
+    loaded.push_back(s.name);
+    at::Tensor t = tensors.at(s.name).clone();  // fresh memory that only the writer holds
+    previous.emplace(t.getIntrusivePtr());
+    return t;
+  });
+  write_safetensors(whole, tensors, kGoldenMetadata);
+  EXPECT_EQ(slurp(streamed), slurp(whole));
+  EXPECT_EQ(slurp(streamed), safetensors_bytes(tensors, kGoldenMetadata));
+  std::vector<std::string> order;
+  for (const auto& t : read_safetensors_header(streamed).tensors) order.push_back(t.name);
+  EXPECT_EQ(loaded, order);
+  // No tensors: the metadata alone, as write_safetensors writes it.
+  write_safetensors_streamed(streamed, {}, {{"format", "pt"}},
+                             [](const TensorSpec&) -> at::Tensor { throw std::logic_error("no tensor"); });
+  EXPECT_EQ(slurp(streamed), safetensors_bytes({}, {{"format", "pt"}}));
+}
+
+TEST_F(SafetensorsStreamed, RefusesBadSpecsBeforeTheFileAndALoaderThatBreaksItsWordAfter) {
+  const fs::path p = dir_ / "never.safetensors";
+  const auto ones = [](const TensorSpec& s) { return at::ones(s.shape, at::TensorOptions().dtype(s.dtype)); };
+  const std::vector<std::tuple<std::vector<TensorSpec>, std::string>> cases = {
+      {{{"", at::kFloat, {2}}}, "empty name"},
+      {{{"__metadata__", at::kFloat, {2}}}, "'__metadata__'"},
+      {{{"x", at::kFloat, {2}}, {"x", at::kLong, {1}}}, "the tensor 'x' is listed twice"},
+      {{{"z", at::kComplexFloat, {2}}}, "tensor 'z' has dtype ComplexFloat"},
+      {{{"neg", at::kFloat, {2, -1}}}, "tensor 'neg' has the shape [2, -1]"},
+  };
+  for (const auto& [specs, part] : cases) {
+    const Error e = error_from([&] { write_safetensors_streamed(p, specs, {}, ones); });
+    EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+    EXPECT_NE(e.message().find(part), std::string::npos) << e.message();
+    EXPECT_FALSE(fs::exists(p)) << "refused before the file is created";
+  }
+  // A loaded tensor unlike its spec, or a loader that fails: the error, and no file (nor a temporary one) left.
+  const std::vector<TensorSpec> specs = {{"a", at::kFloat, {2, 3}}, {"b", at::kLong, {4}}};
+  Error e = error_from([&] {
+    write_safetensors_streamed(p, specs, {}, [](const TensorSpec&) { return at::ones({3, 2}); });
+  });
+  EXPECT_EQ(e.kind(), ErrorKind::kInternal) << e.message();
+  EXPECT_NE(e.message().find("tensor 'b' was announced as I64 [4] but loaded as Float [3, 2]"), std::string::npos)
+      << e.message();
+  e = error_from([&] {
+    write_safetensors_streamed(p, specs, {}, [&](const TensorSpec& s) -> at::Tensor {
+      if (s.name == "a") throw Error(ErrorKind::kData, "cannot read a", "hint");
+      return ones(s);
+    });
+  });
+  EXPECT_EQ(e.message(), "cannot read a");
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_TRUE(fs::is_empty(dir_)) << "no temporary file left";
+}
+
+// One tensor read alone from the offsets of its header: what read_safetensors reads; a file cut short since is a
+// data error naming the tensor.
+TEST_F(SafetensorsRoundTrip, OneTensorReadAlone) {
+  const fs::path p = dir_ / "all.safetensors";
+  write_safetensors(p, golden_tensors(), kGoldenMetadata);
+  const SafetensorsHeader h = read_safetensors_header(p);
+  for (const TensorInfo& t : h.tensors)
+    EXPECT_TRUE(same(read_safetensors_tensor(p, h, t), golden_tensors().at(t.name))) << t.name;
+  fs::resize_file(p, h.data_offset + h.tensors.back().end - 1);
+  const Error e = error_from([&] { read_safetensors_tensor(p, h, h.tensors.back()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData);
+  EXPECT_NE(e.message().find(p.string() + ": tensor 'bool' at bytes"), std::string::npos) << e.message();
 }
 
 // --- corrupt input ---

@@ -68,6 +68,12 @@ def measure(workload, args, data, ranks, strategy, layout=None):
     return out
 
 
+def predicted_checkpoint(row):
+    """{strategy: (checkpoint MB, total MB)} from an auto run's strategy row ("... checkpoint 1.23)")."""
+    return {m.group(1): (float(m.group(3)), float(m.group(2))) for m in
+            re.finditer(r"(ddp|zero1|zero2|fsdp) ([0-9.]+) MB \(weights [^)]*checkpoint ([0-9.]+)\)", row)}
+
+
 def checkpoint_table(args, rows):
     lines = ["| workload | processes | strategy | layout | held before, MB per rank | peak while written | training peak | "
              "peak above training, busiest rank | step waited, s |", "|---|---|---|---|---|---|---|---|---|"]
@@ -82,6 +88,20 @@ def checkpoint_table(args, rows):
                 cells = [" / ".join(f"{x:.2f}" for x in m[k]) for k in ("mem_held_mb", "mem_peak_mb", "train_peak_mb")]
                 lines.append(f"| {workload} | {ranks} | {strategy} | {layout} | {' | '.join(cells)} | {above:+.2f} | {m['checkpoint_s']:.3f} |")
                 print("  " + lines[-1], flush=True)
+    if args.auto:  # the plan's checkpoint category per layout (what a checkpoint adds above the training peak), measured
+        lines += ["", "| workload | processes | strategy | layout | predicted checkpoint MB, rank 0 | measured: peak while written above the training peak, rank 0 |",
+                  "|---|---|---|---|---|---|"]
+        for workload in args.workloads:
+            data = data_for(workload, args)
+            for ranks in args.ranks or [2, 4]:
+                for layout in ("whole", "sharded"):
+                    guess = predicted_checkpoint(measure(workload, args, data, ranks, "auto", layout)["strategy_row"])
+                    for strategy in args.strategy or ["zero2", "fsdp"]:
+                        seen = [r for r in rows if (r["workload"], r["ranks"], r["strategy"], r.get("layout")) == (workload, ranks, strategy, layout)]
+                        got = f"{max(0.0, seen[0]['mem_peak_mb'][0] - seen[0]['train_peak_mb'][0]):.2f}" if seen else "not run"
+                        want = f"{guess[strategy][0]:.2f}" if strategy in guess else "not predicted"
+                        lines.append(f"| {workload} | {ranks} | {strategy} | {layout} | {want} | {got} |")
+                        print("  " + lines[-1], flush=True)
     return lines
 
 

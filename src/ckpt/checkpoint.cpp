@@ -198,7 +198,9 @@ Verification verify_checkpoint(const fs::path& checkpoint) {
 Checkpoint load_checkpoint(const fs::path& checkpoint, bool mmap) {
   const Verification v = verify_checkpoint(checkpoint);
   BELLOWS_CHECK_DATA(v.ok, fmt::format("checkpoint {} is not usable: {}", checkpoint.string(), v.problem),
-                     "resume from another checkpoint (--resume auto skips broken ones)");
+                     v.manifest.format_version > kShardedFormatVersion
+                         ? fmt::format("read it with the bellows that wrote it ({}), or resume from another checkpoint", v.manifest.bellows_version)
+                         : std::string("resume from another checkpoint (--resume auto skips broken ones)"));
   if (v.manifest.layout == "sharded") return load_sharded(checkpoint, v.manifest, mmap);
   Checkpoint c;
   c.step = v.manifest.step;

@@ -142,7 +142,7 @@ int run_predict(const PredictArgs& a) {
 
   // --- checkpoint: verified, with the resolved config of its run ---
   const fs::path path = ckpt::resolve_checkpoint(a.path);
-  const ckpt::Checkpoint cp = ckpt::load_checkpoint(path);
+  const ckpt::Checkpoint cp = ckpt::load_checkpoint(path, /*mmap=*/true);  // mapped: only the weights it loads are read
   BELLOWS_CHECK_DATA(cp.info.contains("config") && cp.info["config"].is_string(),
                      fmt::format("{} has no config in its manifest", path.string()),
                      "predict needs a checkpoint written by `bellows train` (its manifest holds the run's config)");

@@ -667,10 +667,10 @@ TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnError) { expect_survivor_stop
 
 TEST(DistCli, AKilledRankMakesTheSurvivorExitWithAnErrorUnderZero2) { expect_survivor_stops("zero2", 13); }
 
-// Under fsdp a checkpoint gathers every weight and the optimizer state on rank 0 before rank 0 writes: rank 1 killed
-// with SIGKILL while checkpoints are taken every step (so most kills land in a gather or a write) stops rank 0 with a
+// Under fsdp every rank writes its shard of each checkpoint and rank 0 the manifest (checkpoint.layout auto: sharded):
+// rank 1 killed with SIGKILL while checkpoints are taken every step (so most kills land in a write) stops rank 0 with a
 // resource error, every checkpoint left behind is complete (written to a temporary name, renamed when whole), and a
-// new job resumes from the newest.
+// new job resumes from the newest. tests/reliability/kill_soak.py --ranks 2 kills either rank many times.
 TEST(DistCli, AKilledRankDuringFsdpCheckpointsLeavesOnlyCompleteCheckpoints) {
   const fs::path dir = bellows::testing::scratch_dir("bellows_dist_kill_ckpt");
   const fs::path csv = dist_write_csv(dir);

@@ -511,23 +511,23 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
   std::filesystem::path path;
   mid_step_ = true;  // a failed write leaves nothing to save again
   try {
-  if (sharded) {
-    // Every rank writes what it holds (share()), in parallel: nothing is gathered.
-    const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
-                                       std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
-                                       strategy.all_reduce_sum(one, "a sharded checkpoint's progress");
-                                       return one.front().item<std::int64_t>();
-                                     }};
-    path = keeper_->save_share(step_, reason, wait, [&](bool copy) { return share(train, copy); }, writers);
-  } else {
-    // Rank 0 writes everything: what the ranks hold in shares (optimizer state; under fsdp weights and EMA) is gathered
-    // to it first (collectives every rank enters at the same step).
-    const auto whole = strategy.whole_parameters();
-    const StateDict optimizer_state = strategy.gather_state(optimizer_->state_dict());
-    std::optional<StateDict> ema_state;
-    if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
-    path = keeper_->save(step_, reason, wait, [&] { return snapshot(train, &optimizer_state, ema_state ? &*ema_state : nullptr); });
-  }
+    if (sharded) {
+      // Every rank writes what it holds (share()), in parallel: nothing is gathered.
+      const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
+                                         std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
+                                         strategy.all_reduce_sum(one, "a sharded checkpoint's progress");
+                                         return one.front().item<std::int64_t>();
+                                       }};
+      path = keeper_->save_share(step_, reason, wait, [&](bool copy) { return share(train, copy); }, writers);
+    } else {
+      // Rank 0 writes everything: what the ranks hold in shares (optimizer state; under fsdp weights and EMA) is gathered
+      // to it first (collectives every rank enters at the same step).
+      const auto whole = strategy.whole_parameters();
+      const StateDict optimizer_state = strategy.gather_state(optimizer_->state_dict());
+      std::optional<StateDict> ema_state;
+      if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
+      path = keeper_->save(step_, reason, wait, [&] { return snapshot(train, &optimizer_state, ema_state ? &*ema_state : nullptr); });
+    }
   } catch (...) {
     const ExceptionReport r = report_current_exception();
     if (!r.out_of_memory) throw;
@@ -543,8 +543,13 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
   saved_step_ = step_;
   const std::int64_t peak = obs::memory_stats(options_.device).peak_bytes;
   recorder_->lap_between_steps();
+  record_checkpoint({step_, path.string(), reason, sharded ? "sharded" : "whole", now_s() - start_s, {}}, before, peak);
+  return path;
+}
+
+void Trainer::record_checkpoint(obs::CheckpointRecord record, const obs::MemoryStats& before, std::int64_t peak) {
+  dist::Strategy& strategy = *options_.strategy;
   // --- the record: every rank's three numbers (one collective) ---
-  obs::CheckpointRecord record{step_, path.string(), reason, sharded ? "sharded" : "whole", now_s() - start_s, {}};
   if (before.tracked) {
     const int world = strategy.world_size(), rank = strategy.rank();
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(options_.device);
@@ -565,7 +570,6 @@ std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const s
     }
   }
   recorder_->checkpoint(record);
-  return path;
 }
 
 void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }

@@ -20,7 +20,8 @@
 #include "bellows/data/source.h"            // defines: BatchSource
 #include "bellows/dist/strategy.h"          // defines: Strategy
 #include "bellows/models/task.h"            // defines: Task
-#include "bellows/obs/sink.h"               // defines: Sink
+#include "bellows/obs/memory.h"             // defines: MemoryStats
+#include "bellows/obs/sink.h"               // defines: Sink, CheckpointRecord
 #include "bellows/precision/precision.h"    // defines: Precision
 #include "bellows/train/ema.h"              // defines: Ema
 #include "bellows/train/fit_result.h"       // defines: FitResult
@@ -119,7 +120,10 @@ class Trainer {
 
   // This rank's share of a sharded checkpoint (ckpt/sharded.h): what it writes; `copy`: as host copies.
   ckpt::Checkpoint share(data::BatchSource* train, bool copy) const;
-  nlohmann::json checkpoint_info() const;  // the manifest's info: the run's, the precision, the last loss, online
+  nlohmann::json checkpoint_info() const;
+  // The checkpoint's record to the sinks: every rank's memory held before it (`before`), its peak while written
+  // (`peak`) and the training steps' peak (one collective).
+  void record_checkpoint(obs::CheckpointRecord record, const obs::MemoryStats& before, std::int64_t peak);  // the manifest's info: the run's, the precision, the last loss, online
 
   std::vector<int> owners_;  // per trainable parameter: the rank that writes it into a sharded checkpoint
   bool ema_share_ = false;   // the EMA averages this rank's share of the weights (fsdp), not all of them

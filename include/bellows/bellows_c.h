@@ -36,7 +36,7 @@ extern "C" {
 
 /* The version of this header's API (major * 10000 + minor * 100 + patch); bellows_api_version() is the
  * library's: a program can check that the two match. */
-#define BELLOWS_C_API_VERSION 100
+#define BELLOWS_C_API_VERSION 200
 
 /* Status codes. */
 #define BELLOWS_OK 0
@@ -48,6 +48,8 @@ extern "C" {
 #define BELLOWS_ERR_BUSY 6      /* a background session is running: bellows_wait or bellows_poll first */
 #define BELLOWS_NOT_READY 7     /* fewer samples buffered than the session needs: nothing trained */
 #define BELLOWS_RUNNING 8       /* bellows_poll: the background session is still running */
+#define BELLOWS_STARTED_FRESH 9 /* bellows_create*: resume was asked for, no checkpoint of the run was found: the
+                                 * trainer exists (*out is set) and starts untrained; not an error */
 
 /* Element types of bellows_tensor. Floating-point values are trained in float32. */
 #define BELLOWS_FLOAT32 0
@@ -87,7 +89,23 @@ typedef struct bellows_metrics {
   int64_t dropped;             /* samples a full buffer dropped (data.stream.when_full: drop_oldest) */
   int64_t taken;               /* samples taken by sessions; with data.stream.clear: pushed = taken + dropped + buffered */
   int32_t training;            /* 1 while a session runs */
+  int32_t ranks;               /* training ranks of the trainer's job (1: this process trains alone) */
+  double eval_loss;            /* the last evaluation's loss (NaN before any; data.val_fraction > 0 evaluates) */
+  double eval_metric;          /* the last evaluation's metric (accuracy, ...; NaN where the model has none) */
+  int64_t rejected;            /* samples pushes refused for NaN or Inf values (data.stream.check_finite) */
+  int32_t rank;                /* this trainer's rank among the training ranks (0 alone) */
+  int32_t restored;            /* 1: the trainer continues from a checkpoint (create's resume or bellows_restore) */
 } bellows_metrics;
+
+/* A job of several training processes, for bellows_create_job: this process's place in it and where the ranks
+ * meet. MPI programs use bellows_create_mpi (bellows_c_mpi.h), which fills this from a communicator. */
+typedef struct bellows_job {
+  int32_t rank;              /* 0 .. size - 1 */
+  int32_t size;              /* training ranks; every one calls bellows_create_job with the same config */
+  int32_t local_rank;        /* among the training ranks on this node (GPU choice, threads) */
+  int32_t local_size;
+  const char* rendezvous;    /* "HOST:PORT": rank 0 serves the rendezvous on PORT, the others connect to HOST */
+} bellows_job;
 
 /* The library's version string ("0.1.0") and API version (compare with BELLOWS_C_API_VERSION). Any thread. */
 BELLOWS_C_EXPORT const char* bellows_version(void);
@@ -101,6 +119,14 @@ BELLOWS_C_EXPORT const char* bellows_last_error(void);
  * <output_dir>/<name>/ and, with resume set, restores the checkpoint. *out is NULL on failure. */
 BELLOWS_C_EXPORT int bellows_create(const char* config_path, const char* const* overrides, int32_t n_overrides, bellows_trainer** out);
 BELLOWS_C_EXPORT int bellows_create_from_string(const char* yaml, const char* const* overrides, int32_t n_overrides, bellows_trainer** out);
+/* The same, as rank job->rank of job->size training processes: they meet at job->rendezvous (within
+ * dist.timeout_s) and train one model data-parallel under dist.strategy (auto: ddp; zero1, zero2). Collective
+ * calls: create, bellows_train, bellows_train_async + bellows_wait, bellows_save, bellows_restore and
+ * bellows_destroy are called by every rank, in the same order; pushes, predictions and the rest are local. */
+BELLOWS_C_EXPORT int bellows_create_job(const char* config_path, const char* const* overrides, int32_t n_overrides, const bellows_job* job,
+                                        bellows_trainer** out);
+BELLOWS_C_EXPORT int bellows_create_job_from_string(const char* yaml, const char* const* overrides, int32_t n_overrides,
+                                                    const bellows_job* job, bellows_trainer** out);
 /* Stops a running session at its next step, waits for it and frees the trainer. NULL is a no-op. */
 BELLOWS_C_EXPORT int bellows_destroy(bellows_trainer* trainer);
 
@@ -119,7 +145,8 @@ BELLOWS_C_EXPORT int bellows_train_async(bellows_trainer* trainer, int64_t min_s
 /* BELLOWS_RUNNING while the background session runs, BELLOWS_OK when none does (collect it with bellows_wait).
  * Any thread. */
 BELLOWS_C_EXPORT int bellows_poll(bellows_trainer* trainer);
-/* Waits for the background session; its status (and message) is this call's. */
+/* Waits for the background session; its status (and message) is this call's. With none running (none started, or
+ * its result collected already) it returns BELLOWS_OK at once: a step loop may wait unconditionally. */
 BELLOWS_C_EXPORT int bellows_wait(bellows_trainer* trainer);
 
 /* Fills *options with the defaults (1 sample, seed 0, full ancestral sampling, EMA when present). */

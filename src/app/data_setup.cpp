@@ -128,7 +128,7 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
 }
 
 Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::shared_ptr<data::StreamBuffer> stream, int rank,
-                     int world_size) {
+                     int world_size, bool own_data) {
   Loaders l;
   l.splits = data::build_datasets(c, std::move(stream));
   // data.on_device: decided now that the data's bytes are known; data gathered on the device needs no workers.
@@ -149,8 +149,8 @@ Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::sh
   // Data parallel: rank r takes positions r, r + W, ... of the epoch's order, so W ranks with batch B step on
   // the samples one process with batch W*B would (padded by wrap-around to equal shares, as DistributedSampler).
   data::SamplerOptions to = sampler_options(c, *l.splits.train);
-  to.rank = rank;
-  to.world_size = world_size;
+  to.rank = own_data ? 0 : rank;
+  to.world_size = own_data ? 1 : world_size;
   l.train = std::make_unique<data::Loader>(l.splits.train, data::Sampler(l.splits.train->size(), to), lo,
                                            data::make_stager(p.device, p.pin_memory));
   if (l.splits.val) {
@@ -159,8 +159,8 @@ Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::sh
     vo.drop_last = false;
     data::SamplerOptions so;
     so.kind = "sequential";
-    so.rank = rank;  // each rank evaluates its share once; the trainer adds the sums up over ranks
-    so.world_size = world_size;
+    so.rank = own_data ? 0 : rank;  // each rank evaluates its share once; the trainer adds the sums up over ranks
+    so.world_size = own_data ? 1 : world_size;
     so.uneven = true;
     l.val = std::make_unique<data::Loader>(l.splits.val, data::Sampler(l.splits.val->size(), so), vo,
                                            data::make_stager(p.device, p.pin_memory));

@@ -6,7 +6,9 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "bellows/ckpt/inspect.h"
 #include "bellows/data/stream_buffer.h"
 #include "bellows/data/tensor_dataset.h"
+#include "bellows/dist/environment.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/activation_checkpoint.h"
@@ -32,6 +35,7 @@
 #include "bellows/train/trainer.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
+#include "bellows/util/exception_report.h"
 #include "bellows/util/format.h"
 #include "bellows/util/timer.h"
 #include "run_assembly.h"
@@ -43,8 +47,12 @@ SessionRunning::SessionRunning(const std::string& call)
     : Error(ErrorKind::kUsage, fmt::format("{}: a training session is running on the background thread", call),
             "wait for it (bellows_wait) or poll until it is done (bellows_poll) first; pushes may go on meanwhile") {}
 
-NotReady::NotReady(std::int64_t buffered, std::int64_t needed)
-    : Error(ErrorKind::kUsage, fmt::format("the stream buffer holds {} samples, the session needs {}", buffered, needed),
+NotReady::NotReady(std::int64_t buffered, std::int64_t needed, int rank)
+    : Error(ErrorKind::kUsage,
+            rank < 0 ? fmt::format("the stream buffer holds {} samples, the session needs {}", buffered, needed)
+                     : fmt::format("rank {}'s stream buffer holds {} samples, the fewest of the job's ranks, and the session needs {} on "
+                                   "every rank: no rank trained",
+                                   rank, buffered, needed),
             "push more samples first, or ask for fewer (min_samples; data.stream.ready_samples)") {}
 
 namespace {
@@ -82,33 +90,44 @@ class OnlineLatestRecord final : public obs::Sink {
     std::lock_guard lock(mutex_);
     last_ = r;
   }
+  void on_eval(const obs::EvalRecord& r) override {
+    std::lock_guard lock(mutex_);
+    eval_ = r;
+  }
   std::optional<obs::StepRecord> last() const {
     std::lock_guard lock(mutex_);
     return last_;
+  }
+  std::optional<obs::EvalRecord> last_eval() const {
+    std::lock_guard lock(mutex_);
+    return eval_;
   }
 
  private:
   mutable std::mutex mutex_;
   std::optional<obs::StepRecord> last_;
+  std::optional<obs::EvalRecord> eval_;
 };
 
 struct OnlineTrainer::Parts {
   config::Config config;
   plan::Plan plan;
   models::BuiltModel model;
+  std::shared_ptr<dist::Strategy> strategy;  // the job's ranks (one process: SingleDevice)
   std::unique_ptr<train::Trainer> trainer;
   std::shared_ptr<OnlineLatestRecord> latest = std::make_shared<OnlineLatestRecord>();
   std::atomic<std::int64_t> step{0};  // the trainer's step when no session runs (the record's while one does)
 };
 
-OnlineTrainer::OnlineTrainer(const config::Config& c) : parts_(std::make_unique<Parts>()), compute_(plan_threads(c)) {
+OnlineTrainer::OnlineTrainer(const config::Config& c, const dist::ProcessInfo* job)
+    : parts_(std::make_unique<Parts>()), compute_(plan_threads(c)) {
   // The one exception to LibTorch work on the compute thread: the profiler that counts FLOPs is initialised here, on
   // the program's thread (obs/profile.h says why; it starts no OpenMP team).
   if (config::get_bool(c, "log.flops")) obs::FlopCounter::initialise_on_this_thread();
-  compute_.submit<void>([&] { construct(c); }).get();  // LibTorch work on the compute thread only (see ComputeThread)
+  compute_.submit<void>([&] { construct(c, job); }).get();  // LibTorch work on the compute thread only (see ComputeThread)
 }
 
-void OnlineTrainer::construct(const config::Config& c) {
+void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* job) {
   Parts& p = *parts_;
   p.config = c;
   BELLOWS_CHECK_CONFIG(config::get_string(c, "data.source") == "stream",
@@ -121,13 +140,20 @@ void OnlineTrainer::construct(const config::Config& c) {
   o.console = console == "none" ? nullptr : console == "stderr" ? stderr : stdout;
   o.sinks = {p.latest};
   o.stop_flag = &stop_;
+  o.job = job;
+  o.console_sessions_only = config::get_string(c, "online.log") == "sessions";
   buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
   AssembledRun a = assemble_online(c, o);
   p.plan = std::move(a.plan);
   p.model = std::move(a.model);
   p.trainer = std::move(a.trainer);
+  p.strategy = std::move(a.strategy);
   run_dir_ = a.run_dir;
-  if (a.resume_from) restore_here(*a.resume_from);
+  if (a.resume_from) {
+    restore_here(*a.resume_from, /*collective=*/false);  // every rank resumes as it is created
+  } else if (config::get_string(c, "resume") == "auto") {
+    started_fresh_ = true;  // the C API's status says so (BELLOWS_STARTED_FRESH), besides the log's line
+  }
 }
 
 // The thread that does all of the trainer's LibTorch work: building, sessions, predictions, checkpoints.
@@ -193,29 +219,133 @@ void OnlineTrainer::push(const std::map<std::string, at::Tensor>& sample) {
   push_many(block);
 }
 
-void OnlineTrainer::push_many(const std::map<std::string, at::Tensor>& samples) {
-  std::map<std::string, at::Tensor> stored = as_stored(samples);
-  if (!first_checked_.load()) {
-    // The first samples fix the buffer's layout: checked against the model's keys before anything is stored.
-    std::lock_guard lock(first_push_mutex_);
-    if (!first_checked_.load()) {
-      std::map<std::string, at::Tensor> probe;
-      for (const auto& [name, t] : stored) {
-        BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) >= 1,
-                           fmt::format("pushed block '{}' has shape {}: expected a leading sample dimension of at least 1", name,
-                                       shape_of(t)),
-                           "push samples [n, ...] with n >= 1");
-        probe.emplace(name, t.slice(0, 0, 1));
+namespace {
+
+// The first finite-check failure of a block: which tensor, which sample, which value.
+struct NonFinite {
+  std::string tensor;
+  std::int64_t sample = -1;
+  std::int64_t index = -1;  // within the sample
+  double value = 0;
+};
+
+// Which samples of a block hold NaN or Inf (floating-point tensors; stored as float32). A plain loop, not a LibTorch
+// op: pushes run on the program's threads (see as_stored).
+std::vector<bool> nonfinite_samples(const std::map<std::string, at::Tensor>& block, std::int64_t n, std::optional<NonFinite>& first) {
+  std::vector<bool> bad(static_cast<std::size_t>(n), false);
+  for (const auto& [name, t] : block) {
+    if (t.scalar_type() != at::kFloat || !t.is_contiguous() || t.dim() < 1 || t.size(0) != n) continue;
+    const float* v = t.const_data_ptr<float>();
+    const std::int64_t row = n > 0 ? t.numel() / n : 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < row; ++j) {
+        if (std::isfinite(v[i * row + j])) continue;
+        if (!bad[static_cast<std::size_t>(i)] && (!first || i < first->sample)) first = NonFinite{name, i, j, v[i * row + j]};
+        bad[static_cast<std::size_t>(i)] = true;
+        break;
       }
-      data::TensorDatasetOptions options;
-      options.name = "the first pushed samples";
-      check_data_against_model(parts_->config, data::TensorDataset(probe, options));
-      buffer_->push_many(stored);
-      first_checked_.store(true);
-      return;
     }
   }
-  buffer_->push_many(stored);
+  return bad;
+}
+
+// The rows of a block where `keep` is true, copied row by row (no LibTorch op: the program's thread).
+std::map<std::string, at::Tensor> keep_rows(const std::map<std::string, at::Tensor>& block, const std::vector<bool>& keep) {
+  const std::int64_t kept = std::count(keep.begin(), keep.end(), true);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, t] : block) {
+    std::vector<std::int64_t> shape = t.sizes().vec();
+    shape[0] = kept;
+    at::Tensor to = at::empty(shape, t.options());
+    const std::size_t row = t.size(0) > 0 ? t.nbytes() / static_cast<std::size_t>(t.size(0)) : 0;
+    const auto* from = static_cast<const char*>(t.const_data_ptr());
+    auto* dst = static_cast<char*>(to.mutable_data_ptr());
+    for (std::size_t i = 0, k = 0; i < keep.size(); ++i) {
+      if (keep[i]) std::memcpy(dst + row * k++, from + row * i, row);
+    }
+    out.emplace(name, to);
+  }
+  return out;
+}
+
+}  // namespace
+
+// data.stream.check_finite: drops the block's samples that hold NaN or Inf (counted) and says which were dropped.
+std::optional<OnlineTrainer::Rejected> OnlineTrainer::drop_nonfinite(std::map<std::string, at::Tensor>& block) {
+  if (block.empty() || block.begin()->second.dim() < 1 || !config::get_bool(parts_->config, "data.stream.check_finite")) return std::nullopt;
+  const std::int64_t n = block.begin()->second.size(0);
+  std::optional<NonFinite> first;
+  const std::vector<bool> bad = nonfinite_samples(block, n, first);
+  if (!first) return std::nullopt;
+  std::vector<bool> keep(bad.size());
+  for (std::size_t i = 0; i < bad.size(); ++i) keep[i] = !bad[i];
+  const std::int64_t refused = std::count(bad.begin(), bad.end(), true);
+  block = refused < n ? keep_rows(block, keep) : std::map<std::string, at::Tensor>{};
+  rejected_ += refused;
+  return Rejected{first->tensor, first->sample, first->index, first->value, refused, n};
+}
+
+// The first samples fix the buffer's layout: checked against the model's keys before anything is stored. A block
+// whose two dimensions are swapped (a Fortran array with the sample index first) is named as such.
+void OnlineTrainer::check_first_push(const std::map<std::string, at::Tensor>& stored) {
+  const auto first_samples = [](const std::map<std::string, at::Tensor>& block, bool transposed) {
+    std::map<std::string, at::Tensor> probe;
+    for (const auto& [name, t] : block) probe.emplace(name, (transposed && t.dim() == 2 ? t.t() : t).slice(0, 0, 1));
+    data::TensorDatasetOptions options;
+    options.name = "the first pushed samples";
+    return data::TensorDataset(probe, options);
+  };
+  for (const auto& [name, t] : stored) {
+    BELLOWS_CHECK_DATA(t.dim() >= 1 && t.size(0) >= 1,
+                       fmt::format("pushed block '{}' has shape {}: expected a leading sample dimension of at least 1", name, shape_of(t)),
+                       "push samples [n, ...] with n >= 1");
+  }
+  try {
+    check_data_against_model(parts_->config, first_samples(stored, false));
+  } catch (const Error& e) {
+    bool swapped = std::any_of(stored.begin(), stored.end(), [](const auto& kv) { return kv.second.dim() == 2; });
+    if (swapped) {
+      try {
+        check_data_against_model(parts_->config, first_samples(stored, true));
+      } catch (const Error&) {
+        swapped = false;
+      }
+    }
+    if (!swapped) throw;
+    std::string shapes;
+    for (const auto& [name, t] : stored) {
+      shapes += fmt::format("{}'{}' {} ({} samples of {})", shapes.empty() ? "" : ", ", name, shape_of(t), t.size(0),
+                            t.dim() == 2 ? fmt::format("{} values", t.size(1)) : shape_of(t.slice(0, 0, 1).squeeze(0)));
+    }
+    throw Error(ErrorKind::kData,
+                fmt::format("the first pushed block looks transposed: {}; with its two dimensions swapped it fits the model ({})", shapes,
+                            e.message()),
+                "put the sample index first in C (x[n][features]) and last in Fortran (x(features, n)): a Fortran array a(n, k) "
+                "is the C block [k, n]");
+  }
+}
+
+void OnlineTrainer::push_many(const std::map<std::string, at::Tensor>& samples) {
+  BELLOWS_CHECK_DATA(!samples.empty(), "a push without tensors", "push the sample's tensors (x, y, ...)");
+  std::map<std::string, at::Tensor> stored = as_stored(samples);
+  const std::optional<Rejected> rejected = drop_nonfinite(stored);
+  if (!stored.empty()) {
+    std::unique_lock lock(first_push_mutex_, std::defer_lock);
+    if (!first_checked_.load()) lock.lock();
+    if (!first_checked_.load()) check_first_push(stored);
+    buffer_->push_many(stored);
+    first_checked_.store(true);
+  }
+  if (rejected) {
+    const double v = rejected->value;
+    throw Error(ErrorKind::kData,
+                fmt::format("pushed tensor '{}' has {} at sample {} of the block (value {} of the sample): {} of {} samples refused, "
+                            "{} stored (data.stream.check_finite)",
+                            rejected->tensor, std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", rejected->sample, rejected->index,
+                            rejected->refused, rejected->of, rejected->of - rejected->refused),
+                "check the fields the simulation pushed there; data.stream.check_finite: false stores such samples (a session "
+                "then fails at its first non-finite loss)");
+  }
 }
 
 std::int64_t OnlineTrainer::buffered() const { return buffer_->size(); }
@@ -232,6 +362,22 @@ OnlineMetrics OnlineTrainer::metrics() const {
       if (name == "loss") m.loss = value;
     }
   }
+  if (const auto e = parts_->latest->last_eval()) {
+    m.eval_loss = m.eval_metric = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& [name, value] : e->values) {
+      if (name == "loss") {
+        m.eval_loss = value;
+      } else if (std::isnan(m.eval_metric)) {
+        m.eval_metric = value;
+      }
+    }
+  } else {
+    m.eval_loss = m.eval_metric = std::numeric_limits<double>::quiet_NaN();
+  }
+  m.rejected = rejected_.load();
+  m.restored = restored_.load();
+  m.rank = parts_->strategy ? parts_->strategy->rank() : 0;
+  m.ranks = parts_->strategy ? parts_->strategy->world_size() : 1;
   m.training = busy_.load();
   m.sessions = sessions_.load();
   m.buffered = buffer_->size();
@@ -254,9 +400,9 @@ std::shared_ptr<data::StreamBuffer> OnlineTrainer::start_session(const std::stri
   const std::int64_t need = needed(min_samples);
   if (busy_.exchange(true)) throw SessionRunning(call);
   try {
-    if (buffer_->size() < need) throw NotReady(buffer_->size(), need);
-    // Taken now, before this call returns: the session trains on what is buffered at this call.
-    return compute_.submit<std::shared_ptr<data::StreamBuffer>>([this] { return take_samples(); }).get();
+    // Taken now, before this call returns: the session trains on what is buffered at this call (a job's ranks vote on
+    // the compute thread first).
+    return compute_.submit<std::shared_ptr<data::StreamBuffer>>([this, need] { return take_samples(need); }).get();
   } catch (...) {
     busy_.store(false);
     throw;
@@ -283,15 +429,95 @@ void OnlineTrainer::train_async(std::int64_t min_samples) { pending_ = submit_se
 bool OnlineTrainer::poll() const { return busy_.load(); }
 
 SessionResult OnlineTrainer::wait() {
-  BELLOWS_CHECK_USAGE(pending_.valid(), "wait: no background session was started (or its result was collected)",
-                      "start one with train_async (bellows_train_async)");
+  if (!pending_.valid()) return {};  // nothing to wait for: a step loop may wait unconditionally
   return pending_.get();  // the session's error, rethrown here; the future is then empty
 }
 
-std::shared_ptr<data::StreamBuffer> OnlineTrainer::take_samples() {
-  // The buffer's samples now (data.stream.clear: it empties), in a buffer of their own that the session's
-  // data source reads (data.source: stream) while the program pushes on into the live one.
-  const std::shared_ptr<data::TensorDataset> taken = buffer_->take(config::get_bool(parts_->config, "data.stream.clear"));
+namespace {
+
+const char* call_name(std::int64_t call) {
+  switch (call) {
+    case 1: return "a training session (bellows_train, bellows_train_async)";
+    case 2: return "save (bellows_save)";
+    case 3: return "restore (bellows_restore)";
+    default: return "nothing";
+  }
+}
+
+// The current exception's message, for the record of what broke a job.
+std::string current_failure() {
+  const ExceptionReport r = report_current_exception();
+  return r.message.empty() ? std::string("an error without a message") : r.message;
+}
+
+}  // namespace
+
+// What the ranks said when a collective call began: per rank.
+struct OnlineTrainer::Votes {
+  std::vector<std::int64_t> call, number, detail, need;
+  int fewest_rank() const { return static_cast<int>(std::min_element(detail.begin(), detail.end()) - detail.begin()); }
+};
+
+OnlineTrainer::Votes OnlineTrainer::vote(Call call, std::int64_t detail, std::int64_t need) {
+  dist::Strategy& ranks = *parts_->strategy;
+  const int w = ranks.world_size(), me = ranks.rank();
+  const auto code = static_cast<std::int64_t>(call);
+  BELLOWS_CHECK_RESOURCE(broken_.empty(),
+                         fmt::format("{}: the job's training ranks lost each other at an earlier collective call ({})", call_name(code), broken_),
+                         "predictions and metrics still work; save the simulation's own state, destroy the trainer and restart the job "
+                         "from the last checkpoint");
+  ++calls_;
+  at::Tensor votes = at::zeros({w, 4}, at::TensorOptions().dtype(at::kLong));
+  auto v = votes.accessor<std::int64_t, 2>();
+  v[me][0] = code;
+  v[me][1] = calls_;
+  v[me][2] = detail;
+  v[me][3] = need;
+  if (w > 1) {
+    std::vector<at::Tensor> sum{votes.to(parts_->plan.device)};
+    try {
+      ranks.all_reduce_sum(sum, fmt::format("the vote that opens collective call {} ({})", calls_, call_name(code)));
+    } catch (...) {
+      broken_ = current_failure();
+      throw;
+    }
+    votes = sum[0].cpu();
+  }
+  Votes out;
+  auto all = votes.accessor<std::int64_t, 2>();
+  for (int r = 0; r < w; ++r) {
+    out.call.push_back(all[r][0]);
+    out.number.push_back(all[r][1]);
+    out.detail.push_back(all[r][2]);
+    out.need.push_back(all[r][3]);
+  }
+  for (int r = 0; r < w; ++r) {
+    BELLOWS_CHECK_USAGE(out.call[static_cast<std::size_t>(r)] == code && out.number[static_cast<std::size_t>(r)] == calls_,
+                        fmt::format("rank {} made {} as its collective call {}, while this rank (rank {}) made {} as its call {}", r,
+                                    call_name(out.call[static_cast<std::size_t>(r)]), out.number[static_cast<std::size_t>(r)], me,
+                                    call_name(code), calls_),
+                        "the trainer's collective calls (sessions, save, restore) are made by every training rank, in the same order");
+  }
+  return out;
+}
+
+std::shared_ptr<data::StreamBuffer> OnlineTrainer::take_samples(std::int64_t need) {
+  // The buffer's samples now (data.stream.clear: they leave it), in a buffer of their own that the session's data
+  // source reads (data.source: stream) while the program pushes on into the live one. A job's ranks take the fewest
+  // any of them holds, the oldest first: every rank then steps as often.
+  std::int64_t take = buffer_->size();
+  left_ = 0;
+  if (parts_->strategy->world_size() > 1) {
+    const Votes v = vote(Call::kTrain, take, need);
+    const int fewest = v.fewest_rank();
+    need = *std::max_element(v.need.begin(), v.need.end());
+    if (v.detail[static_cast<std::size_t>(fewest)] < need) throw NotReady(v.detail[static_cast<std::size_t>(fewest)], need, fewest);
+    left_ = take - v.detail[static_cast<std::size_t>(fewest)];
+    take = v.detail[static_cast<std::size_t>(fewest)];
+  } else if (take < need) {
+    throw NotReady(take, need);
+  }
+  const std::shared_ptr<data::TensorDataset> taken = buffer_->take(config::get_bool(parts_->config, "data.stream.clear"), "stream buffer", take);
   data::StreamBufferOptions options;
   options.capacity = taken->size();
   options.when_full = "error";
@@ -303,21 +529,34 @@ std::shared_ptr<data::StreamBuffer> OnlineTrainer::take_samples() {
 
 SessionResult OnlineTrainer::run_session(const std::shared_ptr<data::StreamBuffer>& samples) {
   Parts& p = *parts_;
+  dist::Strategy& ranks = *p.strategy;
   const auto start = std::chrono::steady_clock::now();
   plan::Plan plan = p.plan;
-  Loaders loaders = make_loaders(p.config, plan, samples);
+  // Each rank trains on its own samples at data.batch_size (dist/: the gradients of one process with every rank's batch).
+  Loaders loaders = make_loaders(p.config, plan, samples, ranks.rank(), ranks.world_size(), /*own_data=*/true);
   SessionResult r;
   r.session = sessions_ + 1;
   r.samples = loaders.splits.train->size();
+  r.left = left_;
+  r.ranks = ranks.world_size();
   const std::int64_t step_before = p.trainer->step();
-  r.fit = p.trainer->fit(*loaders.train, loaders.val.get());
+  try {
+    r.fit = p.trainer->fit(*loaders.train, loaders.val.get());
+  } catch (...) {
+    if (ranks.world_size() > 1) broken_ = current_failure();  // the ranks may have taken different steps: none goes on
+    throw;
+  }
   r.steps = p.trainer->step() - step_before;
   r.seconds = seconds_since(start);
   r.samples_per_second = r.fit.new_samples / std::max(r.fit.seconds, 1e-9);
   p.step.store(p.trainer->step());
   p.trainer->set_header({});  // the machine and plan table once, at the first session
-  p.trainer->message(fmt::format("online session {}: {} samples, {} optimizer steps (step {}), final loss {:.6g}, {:.1f} samples/s, {:.2f} s",
-                                 r.session, r.samples, r.steps, p.trainer->step(), r.fit.final_loss, r.samples_per_second, r.seconds));
+  p.trainer->note_in_checkpoints("sessions", r.session);  // a restart counts on from here
+  const std::string who = r.ranks > 1 ? fmt::format("{} ranks x {} samples (the fewest any rank held; the others keep the rest for the next session)",
+                                                    r.ranks, r.samples)
+                                      : fmt::format("{} samples", r.samples);
+  p.trainer->message(fmt::format("online session {}: {}, {} optimizer steps (step {}), final loss {:.6g}, {:.1f} samples/s, {:.2f} s",
+                                 r.session, who, r.steps, p.trainer->step(), r.fit.final_loss, r.samples_per_second, r.seconds));
   trained_ = true;
   sessions_ = r.session;
   return r;
@@ -375,24 +614,72 @@ fs::path OnlineTrainer::save() {
 }
 
 fs::path OnlineTrainer::save_here() {
+  dist::Strategy& ranks = *parts_->strategy;
+  if (ranks.world_size() > 1) {
+    const Votes v = vote(Call::kSave, parts_->trainer->step());
+    for (int r = 0; r < ranks.world_size(); ++r) {
+      BELLOWS_CHECK_DATA(v.detail[static_cast<std::size_t>(r)] == parts_->trainer->step(),
+                         fmt::format("save: rank {} is at optimizer step {}, this rank (rank {}) at step {}", r, v.detail[static_cast<std::size_t>(r)],
+                                     ranks.rank(), parts_->trainer->step()),
+                         "every rank must have trained the same sessions: restore every rank from one checkpoint");
+    }
+  }
   BELLOWS_CHECK_USAGE(trained_, "save: the model is untrained (no training session has run and no checkpoint was restored)",
                       "train a session (bellows_train) first");
-  const fs::path path = parts_->trainer->save_checkpoint(nullptr, "api", /*wait=*/true);
-  return path;
+  try {
+    return parts_->trainer->save_checkpoint(nullptr, "api", /*wait=*/true);
+  } catch (...) {
+    if (ranks.world_size() > 1) broken_ = current_failure();
+    throw;
+  }
 }
 
 void OnlineTrainer::restore(const fs::path& path) {
   check_idle("restore");
-  compute_.submit<void>([&] { restore_here(path); }).get();
+  compute_.submit<void>([&] { restore_here(path, /*collective=*/true); }).get();
 }
 
-void OnlineTrainer::restore_here(const fs::path& path) {
-  const fs::path from = ckpt::resolve_checkpoint(path.string());
-  const ckpt::Checkpoint cp = ckpt::load_checkpoint(from);  // verified: a corrupt file is a kData error here
-  parts_->trainer->restore(cp, nullptr, /*strict=*/true);
+void OnlineTrainer::restore_here(const fs::path& path, bool collective) {
+  dist::Strategy& ranks = *parts_->strategy;
+  const bool vote_first = collective && ranks.world_size() > 1;
+  fs::path from;
+  ckpt::Checkpoint cp;
+  std::exception_ptr unreadable;  // a job's rank that cannot read its checkpoint still votes: the others learn of it
+  try {
+    from = ckpt::resolve_checkpoint(path.string());
+    cp = ckpt::load_checkpoint(from, /*mmap=*/true);  // verified: a corrupt file is a kData error here
+  } catch (...) {
+    if (!vote_first) throw;
+    unreadable = std::current_exception();
+  }
+  if (vote_first) {
+    const Votes v = vote(Call::kRestore, unreadable ? -1 : cp.step);
+    if (unreadable) std::rethrow_exception(unreadable);
+    for (int r = 0; r < ranks.world_size(); ++r) {
+      const std::int64_t theirs = v.detail[static_cast<std::size_t>(r)];
+      BELLOWS_CHECK_DATA(theirs >= 0, fmt::format("restore: rank {} could not read its checkpoint (its own call says why); no rank restored", r),
+                         "restore every rank from the same valid checkpoint");
+      BELLOWS_CHECK_USAGE(theirs == cp.step,
+                          fmt::format("restore: rank {} restores the checkpoint of optimizer step {}, this rank (rank {}) {} of step {}; no "
+                                      "rank restored",
+                                      r, theirs, ranks.rank(), from.string(), cp.step),
+                          "restore every rank from the same checkpoint");
+    }
+  }
+  try {
+    parts_->trainer->restore(cp, nullptr, /*strict=*/true);
+  } catch (...) {
+    if (ranks.world_size() > 1) broken_ = current_failure();
+    throw;
+  }
   parts_->step.store(parts_->trainer->step());
-  parts_->trainer->message(fmt::format("restored {} (step {})", from.string(), cp.step));
+  if (cp.info.contains("sessions") && cp.info["sessions"].is_number_integer()) {
+    sessions_ = cp.info["sessions"].get<std::int64_t>();
+    parts_->trainer->note_in_checkpoints("sessions", sessions_.load());
+  }
+  parts_->trainer->message(fmt::format("restored {} (step {}, {} sessions before it)", from.string(), cp.step, sessions_.load()));
   trained_ = true;
+  restored_ = true;
 }
 
 }  // namespace bellows::app

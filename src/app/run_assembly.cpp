@@ -222,11 +222,39 @@ void resume_run(const config::Config& config_of_run, const fs::path& from, Train
 
 }  // namespace
 
+namespace {
+
+// resume: auto continues the newest run of the name: of <name>, <name>-2, <name>-3, ... (a fresh run is written to the
+// first free one) the directory whose newest valid checkpoint was written last; <name> when none has one.
+fs::path run_to_continue(const fs::path& base) {
+  std::vector<fs::path> runs{base};
+  const std::string prefix = base.filename().string() + "-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base.parent_path().empty() ? fs::path(".") : base.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > prefix.size() && name.starts_with(prefix) &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && entry.is_directory()) {
+      runs.push_back(entry.path());
+    }
+  }
+  std::optional<std::pair<fs::file_time_type, fs::path>> newest;
+  for (const fs::path& run : runs) {
+    if (!fs::is_directory(run / "checkpoints", ec)) continue;
+    const std::optional<fs::path> latest = ckpt::find_latest_valid(run / "checkpoints");
+    if (!latest) continue;
+    const fs::file_time_type written = fs::last_write_time(*latest, ec);
+    if (!ec && (!newest || written > newest->first)) newest = {written, run};
+  }
+  return newest ? newest->second : base;
+}
+
+}  // namespace
+
 fs::path make_run_dir(const config::Config& c) {
   const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
-  fs::path dir = base;
-  const bool resuming = !config::get_string(c, "resume").empty();
-  for (int i = 2; !resuming && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  const std::string resume = config::get_string(c, "resume");
+  fs::path dir = resume == "auto" ? run_to_continue(base) : base;
+  for (int i = 2; resume.empty() && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
   std::error_code ec;
   fs::create_directories(dir, ec);
   BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
@@ -365,7 +393,7 @@ void record_the_run(Assembly& s, const RunOptions& o) {
   trainer.set_run_info(config::get_string(s.c, "name"), a.run_dir.string());
   trainer.set_header(header_rows(s.hw, a.plan));
   if (main) {
-    const obs::SinkContext where{a.run_dir, o.console, o.tty};
+    const obs::SinkContext where{a.run_dir, o.console, o.tty, o.console_sessions_only};
     for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
       if (!entry.key.empty() && !config::get_bool(s.c, entry.key)) continue;
       if (std::shared_ptr<obs::Sink> sink = entry.make(where)) trainer.add_sink(std::move(sink));
@@ -444,14 +472,48 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
 
 // --- online training's own stages ---
 
-// One process, whatever launched the program (its ranks are the host's business).
-void train_alone(Assembly& s) {
+// The calling process alone, whatever launched the program, or the job of training processes the program set up
+// (RunOptions::job): they meet here as a run's processes do (within dist.timeout_s; ranks whose configs differ stop).
+// dist.strategy: auto joins as a run's would; online training has no data at the start to probe, so it stays there.
+void join_the_program_job(Assembly& s, const RunOptions& o) {
   const std::string name = config::get_string(s.c, "dist.strategy");
-  BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
-                       fmt::format("online training runs in the calling process alone, but dist.strategy is {}", name),
-                       "set dist.strategy: auto or single");
-  s.run.strategy = std::make_shared<dist::SingleDevice>();
-  s.strategy.strategy = s.run.strategy;
+  if (o.job == nullptr || o.job->world_size == 1) {
+    BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
+                         fmt::format("online training runs in the calling process alone, but dist.strategy is {} ({})", name,
+                                     s.c.origin("dist.strategy").str()),
+                         "set dist.strategy: auto or single, or create the trainer in a job of training ranks (bellows_create_mpi, "
+                         "bellows_create_job)");
+    s.run.strategy = std::make_shared<dist::SingleDevice>();
+    s.strategy.strategy = s.run.strategy;
+    const dist::ProcessInfo launched = dist::detect_process();
+    if (o.job == nullptr && launched.distributed()) {
+      s.notes.push_back(fmt::format("warning: this process is rank {} of {} started by {} ({}), but it trains alone, as every other rank "
+                                    "does: bellows_create trains in the calling process; to train one model across the ranks create the "
+                                    "trainer with bellows_create_mpi (or bellows_create_job) on every rank",
+                                    launched.rank, launched.world_size, launched.launcher, launched.reason));
+    }
+    return;
+  }
+  s.strategy = make_strategy(s.c, *o.job, s.run.plan);
+  s.run.strategy = s.strategy.strategy;
+  if (s.strategy.by_memory) {
+    s.strategy.by_memory = false;
+    s.strategy.why += "; dist.strategy: auto: online training has no data at the start to measure a step on, so the ranks train as they met";
+  }
+  s.strategy_row_at = s.run.plan.entries.size();  // after the plan's rows; written once the trainer is built
+}
+
+// Every rank of a job holds the whole model between steps: predictions run on any rank at any time.
+void check_whole_model_between_steps(Assembly& s) {
+  train::Trainer& trainer = *s.run.trainer;
+  std::vector<at::Tensor> params;
+  for (const auto& p : s.run.model.module->parameters()) params.push_back(p);
+  const std::vector<bool> held = trainer.strategy().held_between_steps(params);
+  BELLOWS_CHECK_CONFIG(std::all_of(held.begin(), held.end(), [](bool h) { return h; }),
+                       fmt::format("online training across ranks predicts on any rank between sessions, but dist.strategy {} releases the "
+                                   "weights other ranks own between steps",
+                                   trainer.strategy().name()),
+                       "use a strategy that keeps the whole model on every rank (dist.strategy: auto, ddp, zero1 or zero2)");
 }
 
 // The trainer's options of sessions: checkpoints only when asked for, none on a stop, steps eagerly.
@@ -508,8 +570,9 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
 
 AssembledRun assemble_online(const config::Config& config, const RunOptions& o) {
   Assembly s{config};
+  if (o.job != nullptr) s.process = *o.job;
   resolve_the_plan(s);
-  train_alone(s);
+  join_the_program_job(s, o);
   seed_the_run(s);
   build_the_model(s, model_context_without_data(s.c));
   import_the_weights(s);
@@ -519,6 +582,7 @@ AssembledRun assemble_online(const config::Config& config, const RunOptions& o) 
   set_up_measurement(s);
   settle_the_checkpoint_layout(s);
   build_the_trainer(s);
+  check_whole_model_between_steps(s);
   record_the_run(s, o);
   s.run.resume_from = checkpoint_to_resume(s.c, s.run.run_dir, *s.run.trainer, "starting untrained");  // restored by the caller
   return std::move(s.run);

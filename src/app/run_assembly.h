@@ -47,7 +47,9 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& option
 AssembledRun assemble_online(const config::Config& config, const RunOptions& options);
 
 // A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
-// A resumed run (resume: set) continues in <output_dir>/<name>. kResource error when it cannot be made.
+// resume: auto continues the newest run of the name (of <name> and <name>-N, the one whose newest valid checkpoint was
+// written last; <name> when none has one); resume: PATH continues in <output_dir>/<name>. kResource error when it
+// cannot be made.
 std::filesystem::path make_run_dir(const config::Config& config);
 
 // The console header: the machine, the GPUs and every plan row with its reason.

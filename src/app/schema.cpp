@@ -235,7 +235,11 @@ config::Schema run_schema(const std::string& model_name) {
         "against the cached measured matmul peak (measured once per machine)").default_value(node(true));
   s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")
       .choices({"stdout", "stderr", "none"}).default_value(node("stdout"));
-  s.add("resume", Type::kString, "auto (the newest valid checkpoint of this run, if any) or a checkpoint path")
+  s.add("online.log", Type::kString, "online training: what the console shows: sessions (the header, one line a session and "
+        "warnings) or epochs (also every step's line, each epoch and evaluation, as `bellows train`)")
+      .choices({"sessions", "epochs"}).default_value(node("sessions"));
+  s.add("resume", Type::kString, "auto (the newest valid checkpoint of the newest run of this name, <name> or <name>-N, if "
+        "any) or a checkpoint path")
       .default_value(node(""))
       .file_path([](const config::Config&, const std::string& value) {
         return value == "auto" ? std::size_t{0} : value.size();  // auto names no file

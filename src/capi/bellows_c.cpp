@@ -12,11 +12,13 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "bellows/app/online.h"
+#include "bellows/dist/environment.h"
 #include "bellows/app/schema.h"
 #include "bellows/config/config.h"
 #include "bellows/util/error.h"
@@ -175,7 +177,48 @@ int copy_path(const std::string& path, char* out, size_t capacity) {
   return BELLOWS_OK;
 }
 
-int create(const bellows::config::Config& base, const char* const* overrides, int32_t n, bellows_trainer** out) {
+// bellows_job -> the job's processes as dist/ knows them: kUsage errors name the field.
+bellows::dist::ProcessInfo process_of(const bellows_job& job) {
+  if (job.size < 1 || job.rank < 0 || job.rank >= job.size) {
+    throw Error(ErrorKind::kUsage, fmt::format("bellows_job has rank {} of size {}: expected size >= 1 and 0 <= rank < size", job.rank, job.size),
+                "give each training process its rank among them and their number");
+  }
+  const int local_size = job.local_size > 0 ? job.local_size : 1;
+  if (job.local_rank < 0 || job.local_rank >= local_size) {
+    throw Error(ErrorKind::kUsage, fmt::format("bellows_job has local_rank {} of local_size {}: expected 0 <= local_rank < local_size",
+                                               job.local_rank, job.local_size),
+                "give the rank among the training processes on this node (0 and 1 when there is one)");
+  }
+  bellows::dist::ProcessInfo p;
+  p.rank = job.rank;
+  p.world_size = job.size;
+  p.local_rank = job.local_rank;
+  p.local_world_size = local_size;
+  p.launcher = "the program";
+  if (job.size > 1) {
+    const std::string at = job.rendezvous == nullptr ? std::string() : std::string(job.rendezvous);
+    const std::size_t colon = at.rfind(':');
+    int port = 0;
+    try {
+      port = colon == std::string::npos ? 0 : std::stoi(at.substr(colon + 1));
+    } catch (const std::exception&) {
+      port = 0;
+    }
+    if (colon == std::string::npos || colon == 0 || port < 1 || port > 65535) {
+      throw Error(ErrorKind::kUsage, fmt::format("bellows_job.rendezvous is \"{}\": expected HOST:PORT with a port of 1-65535", at),
+                  "give rank 0's host and a free port (bellows_create_mpi picks them for an MPI communicator)");
+    }
+    p.master_addr = at.substr(0, colon);
+    p.master_port = port;
+    p.reason = fmt::format("the program's job: rank {} of {}, rendezvous {}", job.rank, job.size, at);
+  } else {
+    p.reason = "the program's job of one training process";
+  }
+  return p;
+}
+
+int create(const bellows::config::Config& base, const char* const* overrides, int32_t n, bellows_trainer** out,
+           const bellows_job* job = nullptr) {
   std::vector<std::string> args;
   if (n < 0 || (n > 0 && overrides == nullptr)) {
     throw Error(ErrorKind::kUsage, fmt::format("n_overrides is {} with overrides {}", n, overrides == nullptr ? "NULL" : "given"),
@@ -187,12 +230,19 @@ int create(const bellows::config::Config& base, const char* const* overrides, in
   }
   const bellows::config::Config c = bellows::app::resolve_loaded_config(base, args);
   auto handle = std::make_shared<bellows_trainer>();
-  handle->trainer = std::make_unique<bellows::app::OnlineTrainer>(c);
+  const std::optional<bellows::dist::ProcessInfo> process = job != nullptr ? std::optional(process_of(*job)) : std::nullopt;
+  handle->trainer = std::make_unique<bellows::app::OnlineTrainer>(c, process ? &*process : nullptr);
   {
     std::lock_guard lock(handles_mutex);
     handles().emplace(handle.get(), handle);
   }
   *out = handle.get();
+  if (handle->trainer->started_fresh()) {
+    return fail(BELLOWS_STARTED_FRESH,
+                fmt::format("resume: auto found no checkpoint of the run (its name, or a newer <name>-N, in output_dir): the trainer starts "
+                            "untrained in {}",
+                            handle->trainer->run_dir().string()));
+  }
   return BELLOWS_OK;
 }
 
@@ -222,6 +272,38 @@ int bellows_create_from_string(const char* yaml, const char* const* overrides, i
     if (yaml == nullptr) throw Error(ErrorKind::kUsage, "yaml is NULL", "give the config as YAML text");
     return create(bellows::config::Config::parse(yaml, "<config text>"), overrides, n_overrides, out);
   });
+}
+
+int bellows_create_job(const char* config_path, const char* const* overrides, int32_t n_overrides, const bellows_job* job,
+                       bellows_trainer** out) {
+  return guarded("bellows_create_job", [&] {
+    if (out == nullptr) throw Error(ErrorKind::kUsage, "out is NULL", "pass the address of a bellows_trainer*");
+    *out = nullptr;
+    if (config_path == nullptr) throw Error(ErrorKind::kUsage, "config_path is NULL", "give a YAML config file");
+    if (job == nullptr) throw Error(ErrorKind::kUsage, "job is NULL", "describe the job's processes in a bellows_job");
+    return create(bellows::config::Config::load(config_path), overrides, n_overrides, out, job);
+  });
+}
+
+int bellows_create_job_from_string(const char* yaml, const char* const* overrides, int32_t n_overrides, const bellows_job* job,
+                                   bellows_trainer** out) {
+  return guarded("bellows_create_job_from_string", [&] {
+    if (out == nullptr) throw Error(ErrorKind::kUsage, "out is NULL", "pass the address of a bellows_trainer*");
+    *out = nullptr;
+    if (yaml == nullptr) throw Error(ErrorKind::kUsage, "yaml is NULL", "give the config as YAML text");
+    if (job == nullptr) throw Error(ErrorKind::kUsage, "job is NULL", "describe the job's processes in a bellows_job");
+    return create(bellows::config::Config::parse(yaml, "<config text>"), overrides, n_overrides, out, job);
+  });
+}
+
+// For the MPI layer (src/capi/mpi): its failures reach bellows_last_error() as the library's own do.
+extern "C" BELLOWS_C_EXPORT int bellows_internal_fail(int status, const char* message);
+int bellows_internal_fail(int status, const char* message) {
+  try {
+    last_error = message != nullptr ? message : "";
+  } catch (...) {
+  }
+  return status;
 }
 
 int bellows_destroy(bellows_trainer* trainer) {
@@ -368,7 +450,9 @@ int bellows_metrics_get(bellows_trainer* trainer, bellows_metrics* out) {
     const auto h = find_handle(trainer);
     if (out == nullptr) throw Error(ErrorKind::kUsage, "out is NULL", "pass the address of a bellows_metrics");
     const bellows::app::OnlineMetrics m = h->trainer->metrics();
-    *out = bellows_metrics{m.step, m.sessions, m.loss, m.lr, m.samples_per_second, m.buffered, m.pushed, m.dropped, m.taken, m.training ? 1 : 0};
+    *out = bellows_metrics{m.step,   m.sessions,           m.loss,      m.lr,          m.samples_per_second, m.buffered, m.pushed,
+                           m.dropped, m.taken,             m.training ? 1 : 0, m.ranks, m.eval_loss, m.eval_metric, m.rejected,
+                           m.rank,   m.restored ? 1 : 0};
     return BELLOWS_OK;
   });
 }

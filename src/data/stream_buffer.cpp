@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "bellows/util/check.h"
 #include "bellows/util/format.h"  // defines: shape_of
 
@@ -120,15 +122,17 @@ void StreamBuffer::close() {
   space_cv_.notify_all();
 }
 
-std::shared_ptr<TensorDataset> StreamBuffer::take(bool clear, std::string name) {
+std::shared_ptr<TensorDataset> StreamBuffer::take(bool clear, std::string name, std::int64_t limit) {
   std::map<std::string, at::Tensor> snapshot;
   {
     std::lock_guard lock(mutex_);
     BELLOWS_CHECK_DATA(count_ > 0, "the stream buffer is empty", "wait_ready() before take(), or push samples first");
-    const std::int64_t start = (head_ - count_ + options_.capacity) % options_.capacity;
-    const at::Tensor rows = (at::arange(count_, at::kLong) + start).remainder(options_.capacity);
+    const std::int64_t n = limit < 0 ? count_ : std::min(limit, count_);
+    BELLOWS_CHECK_DATA(n > 0, "take: asked for 0 samples of the stream buffer", "take at least one sample");
+    const std::int64_t start = (head_ - count_ + options_.capacity) % options_.capacity;  // the oldest
+    const at::Tensor rows = (at::arange(n, at::kLong) + start).remainder(options_.capacity);
     for (const auto& [tensor_name, slot] : storage_) snapshot.emplace(tensor_name, slot.index_select(0, rows));
-    if (clear) count_ = 0;
+    if (clear) count_ -= n;  // the oldest n leave; head_ (the next slot to write) stays
   }
   if (clear) space_cv_.notify_all();
   const std::int64_t n = snapshot.begin()->second.size(0);

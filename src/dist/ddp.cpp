@@ -2,6 +2,7 @@
 #include "bellows/dist/ddp.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -124,8 +126,34 @@ struct Ddp::Impl {
   }
 
   std::string where() const { return fmt::format("rank {} of {}", info.rank, info.world_size); }
+  int failures = 0;  // collectives that failed: each one's marks in the store (unanswered)
 
-  // Waits for a collective; a failure or a timeout becomes an error naming the operation and this rank.
+  // After a failed collective: which ranks still answer. Each rank that fails marks itself in the store and waits a
+  // little (5 s, or dist.timeout_s when shorter) for the others' marks; those without one stopped, crashed or hang.
+  // The store is rank 0's: where it cannot be reached, rank 0 is the one lost.
+  std::string unanswered() {
+    if (!store) return "";
+    const std::string prefix = fmt::format("bellows/failed/{}/", ++failures);
+    try {
+      store->set(prefix + std::to_string(info.rank), std::vector<std::uint8_t>{1});
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(std::min(5.0, options.timeout_s) * 1e3));
+      std::vector<int> missing;
+      for (;;) {
+        missing.clear();
+        for (int r = 0; r < info.world_size; ++r) {
+          if (!store->check({prefix + std::to_string(r)})) missing.push_back(r);
+        }
+        if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (missing.empty()) return "";
+      return fmt::format("; rank{} {} did not answer: lost (stopped, crashed or hung)", missing.size() > 1 ? "s" : "", fmt::join(missing, ", "));
+    } catch (const std::exception&) {
+      return info.rank == 0 ? "" : "; rank 0, which serves the job's rendezvous, cannot be reached: lost (stopped or crashed)";
+    }
+  }
+
+  // Waits for a collective; a failure or a timeout becomes an error naming the operation, this rank and the ranks lost.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
     try {
       if (on_device()) {
@@ -134,9 +162,10 @@ struct Ddp::Impl {
         work->wait(to_ms(options.timeout_s));
       }
     } catch (const std::exception& e) {
+      const std::string lost = unanswered();
       BELLOWS_FAIL(ErrorKind::kResource,
-                   fmt::format("{}: {} failed: {} (another rank stopped, crashed or hangs; dist.timeout_s is {})", where(), what,
-                               first_line(e), options.timeout_s),
+                   fmt::format("{}: {} failed: {}{} (another rank stopped, crashed or hangs; dist.timeout_s is {})", where(), what,
+                               first_line(e), lost, options.timeout_s),
                    "look for the first rank that reported an error; the last complete checkpoint stays valid");
     }
   }

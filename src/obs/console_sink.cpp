@@ -69,10 +69,18 @@ std::string format_table(const std::vector<std::pair<std::string, std::string>>&
   return out;
 }
 
-ConsoleSink::ConsoleSink(std::FILE* out, int tty) : out_(out), tty_(tty < 0 ? isatty(fileno(out)) != 0 : tty != 0) {}
+ConsoleSink::ConsoleSink(std::FILE* out, int tty, bool sessions_only)
+    : out_(out), tty_(tty < 0 ? isatty(fileno(out)) != 0 : tty != 0), sessions_only_(sessions_only) {}
 
 void ConsoleSink::on_run_start(const RunStart& start) {
   epochs_ = start.epochs;
+  if (sessions_only_) {  // the header once (the first session's), then each session's own line (a message)
+    if (!start.header.empty()) {
+      fmt::print(out_, "bellows online: run '{}' -> {}\n{}", start.run_name, start.run_dir, format_table(start.header));
+      std::fflush(out_);
+    }
+    return;
+  }
   fmt::print(out_, "bellows train: run '{}' -> {}\n", start.run_name, start.run_dir);
   fmt::print(out_, "{}", format_table(start.header));
   fmt::print(out_, "  {} epoch(s) x {} batches, {} optimizer steps\n", start.epochs, start.batches_per_epoch, start.total_steps);
@@ -80,6 +88,7 @@ void ConsoleSink::on_run_start(const RunStart& start) {
 }
 
 void ConsoleSink::on_step(const StepRecord& r) {
+  if (sessions_only_) return;
   if (tty_) {
     constexpr int kWidth = 24;
     const double frac = r.batches_per_epoch > 0 ? static_cast<double>(r.batch_in_epoch) / r.batches_per_epoch : 0.0;
@@ -102,12 +111,14 @@ void ConsoleSink::finish_bar() {
 }
 
 void ConsoleSink::on_epoch_end(std::int64_t epoch, const StepRecord& last) {
+  if (sessions_only_) return;
   finish_bar();
   fmt::print(out_, "epoch {}/{} done in {}:{}\n", epoch + 1, epochs_, duration(last.epoch_elapsed_s), task_text(last));
   std::fflush(out_);
 }
 
 void ConsoleSink::on_eval(const EvalRecord& r) {
+  if (sessions_only_) return;
   finish_bar();
   fmt::print(out_, "eval{} at step {}:{}\n", r.ema ? " (EMA weights)" : "", r.step, values_text(r.values));
   std::fflush(out_);
@@ -120,6 +131,7 @@ void ConsoleSink::on_message(const std::string& text) {
 }
 
 void ConsoleSink::on_run_end(const RunEnd& end) {
+  if (sessions_only_) return;
   finish_bar();
   fmt::print(out_, "{}\n{}", end.interrupted ? "run interrupted; summary so far" : "run finished; summary",
              format_table(end.summary));
@@ -135,7 +147,7 @@ SinkEntry console_sink_entry() {
   e.help = "the progress bar (a terminal) or plain lines, and the summary table";
   e.order = 0;
   e.make = [](const SinkContext& c) -> std::shared_ptr<Sink> {
-    return c.console != nullptr ? std::make_shared<ConsoleSink>(c.console, c.tty) : nullptr;
+    return c.console != nullptr ? std::make_shared<ConsoleSink>(c.console, c.tty, c.console_sessions_only) : nullptr;
   };
   return e;
 }

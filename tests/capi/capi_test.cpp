@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,7 +216,7 @@ TEST_F(CApi, PredictBeforeTrainingAndBadOutputsAreRefused) {
 TEST_F(CApi, SessionsRunInTheBackgroundWhileTheProgramPushes) {
   EXPECT_EQ(bellows_train(t_, 0), BELLOWS_NOT_READY);  // ready_samples: 64
   EXPECT_NE(error().find("holds 0 samples, the session needs 64"), std::string::npos) << error();
-  EXPECT_EQ(bellows_wait(t_), BELLOWS_ERR_USAGE);       // none started
+  EXPECT_EQ(bellows_wait(t_), BELLOWS_OK);              // none started: nothing to wait for
   EXPECT_EQ(bellows_poll(t_), BELLOWS_OK);
 
   const char* longer[] = {"train.epochs=200"};
@@ -332,6 +333,148 @@ TEST_F(CApi, CheckpointsAreReadByTheCliAndContinuedByBellowsTrain) {
   bellows_metrics m{};
   ASSERT_EQ(bellows_metrics_get(t_, &m), BELLOWS_OK);
   EXPECT_EQ(m.step, 8);
+}
+
+// What a coupled program met (issue 46), each pinned here.
+
+// A restart after a run directory was suffixed (<name>-2) continues the newest run of the name; a restart that finds
+// nothing says so in its status (BELLOWS_STARTED_FRESH), the trainer created untrained; the session count goes on.
+TEST(CApiRestart, ResumeAutoContinuesTheNewestRunOfTheNameAndAFreshStartSaysSo) {
+  const auto dir = scratch_dir("capi_restart");
+  const std::string yaml = config_text(dir / "runs");
+  const char* resume[] = {"resume=auto"};
+  bellows_trainer* t = nullptr;
+  // Nothing to resume yet: created, untrained, and the status says so.
+  ASSERT_EQ(bellows_create_from_string(yaml.c_str(), resume, 1, &t), BELLOWS_STARTED_FRESH) << bellows_last_error();
+  ASSERT_NE(t, nullptr);
+  EXPECT_NE(std::string(bellows_last_error()).find("found no checkpoint"), std::string::npos) << bellows_last_error();
+  bellows_metrics m{};
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.restored, 0);
+  ASSERT_EQ(bellows_destroy(t), BELLOWS_OK);
+  // Two runs without resume: runs/capi-2 and runs/capi-3 (runs/capi holds the untrained one's records), each trained
+  // and saved.
+  std::vector<std::string> dirs;
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_EQ(bellows_create_from_string(yaml.c_str(), nullptr, 0, &t), BELLOWS_OK) << bellows_last_error();
+    Block block(64, static_cast<float>(run));
+    ASSERT_EQ(block.push(t), BELLOWS_OK) << bellows_last_error();
+    for (int session = 0; session <= run; ++session) {  // the second run trains two sessions
+      if (session > 0) ASSERT_EQ(block.push(t), BELLOWS_OK) << bellows_last_error();
+      ASSERT_EQ(bellows_train(t, 0), BELLOWS_OK) << bellows_last_error();
+    }
+    ASSERT_EQ(bellows_save(t, nullptr, 0), BELLOWS_OK) << bellows_last_error();
+    char path[4096];
+    ASSERT_EQ(bellows_run_dir(t, path, sizeof path), BELLOWS_OK);
+    dirs.emplace_back(path);
+    ASSERT_EQ(bellows_destroy(t), BELLOWS_OK);
+  }
+  EXPECT_EQ(std::filesystem::path(dirs[0]).filename(), "capi-2");
+  EXPECT_EQ(std::filesystem::path(dirs[1]).filename(), "capi-3");
+  // The restart: the newest run (capi-3, 2 sessions, step 8), not runs/capi or the older capi-2.
+  ASSERT_EQ(bellows_create_from_string(yaml.c_str(), resume, 1, &t), BELLOWS_OK) << bellows_last_error();
+  char path[4096];
+  ASSERT_EQ(bellows_run_dir(t, path, sizeof path), BELLOWS_OK);
+  EXPECT_EQ(std::string(path), dirs[1]);
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.restored, 1);
+  EXPECT_EQ(m.step, 8);
+  EXPECT_EQ(m.sessions, 2);
+  Block block(64, 5);
+  ASSERT_EQ(block.push(t), BELLOWS_OK) << bellows_last_error();
+  ASSERT_EQ(bellows_train(t, 0), BELLOWS_OK) << bellows_last_error();
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.sessions, 3);
+  EXPECT_EQ(m.step, 12);
+  ASSERT_EQ(bellows_destroy(t), BELLOWS_OK);
+}
+
+// data.stream.check_finite: a block with a NaN and an Inf stores its finite samples, refuses the others with a data error
+// naming the tensor and the sample, and counts them.
+TEST_F(CApi, PushesRefuseSamplesWithNanOrInfAndNameThem) {
+  Block block(8);
+  block.x[3 * 3 + 1] = std::nanf("");
+  block.y[5 * 8 + 7] = INFINITY;
+  EXPECT_EQ(block.push(t_), BELLOWS_ERR_DATA);
+  EXPECT_NE(error().find("pushed tensor 'x' has NaN at sample 3 of the block (value 1 of the sample): 2 of 8 samples refused, 6 stored"),
+            std::string::npos) << error();
+  EXPECT_NE(error().find("data.stream.check_finite"), std::string::npos) << error();
+  int64_t n = 0;
+  ASSERT_EQ(bellows_buffered(t_, &n), BELLOWS_OK);
+  EXPECT_EQ(n, 6);
+  bellows_metrics m{};
+  ASSERT_EQ(bellows_metrics_get(t_, &m), BELLOWS_OK);
+  EXPECT_EQ(m.rejected, 2);
+  EXPECT_EQ(m.pushed, 6);
+  // One sample, all of it refused: nothing stored.
+  float x[3] = {1, INFINITY, 2};
+  float y[8] = {};
+  bellows_tensor one[2] = {tensor("x", x, {3}), tensor("y", y, {8})};
+  EXPECT_EQ(bellows_push(t_, one, 2), BELLOWS_ERR_DATA);
+  EXPECT_NE(error().find("'x' has +Inf at sample 0"), std::string::npos) << error();
+  ASSERT_EQ(bellows_buffered(t_, &n), BELLOWS_OK);
+  EXPECT_EQ(n, 6);
+}
+
+// A block pushed with its dimensions swapped (a Fortran array with the sample index first) is named as transposed.
+TEST_F(CApi, ATransposedFirstBlockIsNamedAsSuch) {
+  Block block(16);
+  std::vector<float> xt(block.x.size()), yt(block.y.size());
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 3; ++j) xt[static_cast<std::size_t>(j * 16 + i)] = block.x[static_cast<std::size_t>(i * 3 + j)];
+    for (int k = 0; k < 8; ++k) yt[static_cast<std::size_t>(k * 16 + i)] = block.y[static_cast<std::size_t>(i * 8 + k)];
+  }
+  bellows_tensor ts[2] = {tensor("x", xt.data(), {3, 16}), tensor("y", yt.data(), {8, 16})};
+  EXPECT_EQ(bellows_push_block(t_, ts, 2), BELLOWS_ERR_DATA);
+  EXPECT_NE(error().find("the first pushed block looks transposed: 'x' [3, 16] (3 samples of 16 values), 'y' [8, 16]"), std::string::npos)
+      << error();
+  EXPECT_NE(error().find("last in Fortran"), std::string::npos) << error();
+  int64_t n = -1;
+  ASSERT_EQ(bellows_buffered(t_, &n), BELLOWS_OK);
+  EXPECT_EQ(n, 0);
+  ASSERT_EQ(block.push(t_), BELLOWS_OK) << error();  // the right way round
+}
+
+// The console of online training: one line a session (online.log: sessions), no epoch or evaluation lines; the metrics
+// carry the last evaluation's loss; a process that mpirun started as one of several is told it trains alone.
+TEST(CApiLog, SessionsLogOneLineEachAndTheMetricsCarryTheEvaluation) {
+  const auto dir = scratch_dir("capi_log");
+  std::string yaml = config_text(dir / "runs");
+  const char* overrides[] = {"online.console=stderr", "data.val_fraction=0.25"};
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  ::testing::internal::CaptureStderr();
+  bellows_trainer* t = nullptr;
+  const int created = bellows_create_from_string(yaml.c_str(), overrides, 2, &t);
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}) unsetenv(v);
+  int trained = -1;
+  if (created == BELLOWS_OK) {
+    Block block(64);
+    for (int session = 0; session < 3 && (block.push(t) == BELLOWS_OK); ++session) trained = bellows_train(t, 0);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(created, BELLOWS_OK) << bellows_last_error();
+  EXPECT_EQ(trained, BELLOWS_OK) << bellows_last_error();
+  bellows_metrics m{};
+  ASSERT_EQ(bellows_metrics_get(t, &m), BELLOWS_OK);
+  EXPECT_EQ(m.sessions, 3);
+  EXPECT_TRUE(std::isfinite(m.eval_loss)) << m.eval_loss;
+  EXPECT_TRUE(std::isnan(m.eval_metric));  // the ddpm reports its loss only
+  EXPECT_EQ(m.rank, 0);
+  EXPECT_EQ(m.ranks, 1);
+  EXPECT_EQ(bellows_destroy(t), BELLOWS_OK);
+  int sessions = 0, epochs = 0;
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("online session ")) ++sessions;
+    if (line.starts_with("epoch ") || line.starts_with("eval")) ++epochs;
+  }
+  EXPECT_EQ(sessions, 3) << err;
+  EXPECT_EQ(epochs, 0) << err;
+  EXPECT_NE(err.find("this process is rank 1 of 2 started by"), std::string::npos) << err;
+  EXPECT_NE(err.find("bellows_create_mpi"), std::string::npos) << err;
 }
 
 // A user's TorchScript model (model.name: torchscript) through the same calls: the diffusion model of

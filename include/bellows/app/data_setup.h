@@ -46,8 +46,10 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
 // Datasets, samplers and loaders on the plan's device; evaluation loads in order, without augmentation.
 // `stream`: the buffer a program pushes into (data.source: stream). With planned workers (data.workers: -1) the
 // cost of a batch is measured and the workers revised (plan::refine_workers) before the loaders exist; the revised
-// row is in plan_rows. `rank`/`world_size`: this process's share of the data in data-parallel training (dist/).
+// row is in plan_rows. `rank`/`world_size`: this process's share of the data in data-parallel training (dist/), its
+// batch the global data.batch_size's share. `own_data`: every rank's data is its own (online training's ranks push
+// their own samples): each loads all of it, at its share of the global batch, and evaluates all of its validation part.
 Loaders make_loaders(const config::Config& config, const plan::Plan& plan, std::shared_ptr<data::StreamBuffer> stream = nullptr,
-                     int rank = 0, int world_size = 1);
+                     int rank = 0, int world_size = 1, bool own_data = false);
 
 }  // namespace bellows::app

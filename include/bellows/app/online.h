@@ -13,6 +13,16 @@
 //   ...
 //   t.wait();                                                   // the session's result, or its error
 //   at::Tensor samples = t.predict(context);                    // ddpm: fine fields for the contexts
+//
+// A job of several training processes (the ranks of an MPI simulation: bellows_create_mpi; or any program that
+// gives each process its rank and a rendezvous: dist::ProcessInfo) trains one model data-parallel under dist.strategy.
+// Pushes and predictions stay local. Sessions, saves and restores are collective: every rank makes them, in the same
+// order, and each begins with a vote of all ranks (which call, its number, the samples each rank holds), so a rank that
+// calls another thing is told so, and one that does not call at all makes the others fail within dist.timeout_s
+// naming it. A session trains on the same number of samples on every rank, the fewest any rank holds (the oldest
+// ones; the rest wait for the next session), each rank on its own samples at data.batch_size: the gradients of one
+// process with all the ranks' batches. After a collective call failed (a rank lost), the trainer refuses collective
+// calls; predictions and metrics still work.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +41,7 @@
 #include <thread>
 
 #include "bellows/config/config.h"        // defines: Config
+#include "bellows/dist/environment.h"     // defines: ProcessInfo
 #include "bellows/models/task.h"          // defines: PredictOptions
 #include "bellows/train/fit_result.h"     // defines: FitResult
 #include "bellows/util/error.h"           // defines: Error
@@ -53,12 +64,15 @@ class SessionRunning : public Error {
 // train() with fewer samples buffered than asked for (kUsage): nothing was trained.
 class NotReady : public Error {
  public:
-  NotReady(std::int64_t buffered, std::int64_t needed);
+  // rank >= 0: a job's session; `buffered` is that rank's, the fewest of the job's ranks.
+  NotReady(std::int64_t buffered, std::int64_t needed, int rank = -1);
 };
 
 struct SessionResult {
-  std::int64_t session = 0;         // 1, 2, ...
-  std::int64_t samples = 0;         // samples in the session's data (what the buffer held)
+  std::int64_t session = 0;         // 1, 2, ...; 0: none (wait() without a session)
+  std::int64_t samples = 0;         // samples in the session's data (this rank's: the fewest any rank held)
+  std::int64_t left = 0;            // samples this rank's buffer kept for the next session (more than the fewest)
+  int ranks = 1;                    // training ranks
   std::int64_t steps = 0;           // optimizer steps of the session
   double seconds = 0;               // the session's wall time (data, training, its checkpoint)
   double samples_per_second = 0;    // trained samples (epochs x samples) over the training time
@@ -70,13 +84,19 @@ struct OnlineMetrics {
   std::int64_t step = 0;              // optimizer steps taken, all sessions
   std::int64_t sessions = 0;          // sessions finished
   double loss = 0;                    // the training loss of the last logging window (NaN before any)
+  double eval_loss = 0;               // the last evaluation's loss (NaN before any)
+  double eval_metric = 0;             // the last evaluation's first metric besides the loss (NaN: none)
   double lr = 0;
   double samples_per_second = 0;      // of the last logging window
   std::int64_t buffered = 0;          // samples in the buffer now
   std::int64_t pushed = 0;            // samples pushed in total
   std::int64_t dropped = 0;           // samples a full buffer dropped before a session took them
   std::int64_t taken = 0;             // samples taken by sessions (pushed = taken + dropped + buffered, with clear)
+  std::int64_t rejected = 0;          // samples pushes refused for NaN or Inf values (data.stream.check_finite)
   bool training = false;              // a session is running
+  int rank = 0;                       // this trainer's rank in its job
+  int ranks = 1;                      // training ranks of the job (1: alone)
+  bool restored = false;              // continues from a checkpoint (the config's resume, or restore())
 };
 
 class OnlineTrainer {
@@ -87,7 +107,11 @@ class OnlineTrainer {
   // metrics.jsonl) and, with resume set, restores the checkpoint. online.console says where the log goes.
   // All LibTorch work of the trainer runs on one thread of its own (sessions, predictions, checkpoints);
   // the calling threads only push and wait.
-  explicit OnlineTrainer(const config::Config& config);
+  // `job`: this process's place among the training processes of a job the program set up (rank, world size, the
+  // rendezvous: master_addr:master_port, rank 0 serving it); they meet here within dist.timeout_s and train under
+  // dist.strategy (auto: the job's default, ddp). Null: the calling process trains alone (a process that a launcher
+  // started as one of several says so in a warning).
+  explicit OnlineTrainer(const config::Config& config, const dist::ProcessInfo* job = nullptr);
   ~OnlineTrainer();  // stops a running session at its next step and waits for it
   OnlineTrainer(const OnlineTrainer&) = delete;
   OnlineTrainer& operator=(const OnlineTrainer&) = delete;
@@ -96,7 +120,9 @@ class OnlineTrainer {
   // One sample (tensors without the sample dimension) or a block (a leading sample dimension). Copied.
   // Floating-point values are stored as float32. The first push fixes the names, shapes and dtypes and is
   // checked against the model's keys (model.context_features, ...); a mismatch is a kConfig/kData error
-  // naming the tensor and both shapes, and nothing is stored.
+  // naming the tensor and both shapes (and the likely transposition where the block's dimensions are swapped), and
+  // nothing is stored. data.stream.check_finite: samples with NaN or Inf values are refused (counted in metrics():
+  // rejected), the others stored, and a kData error names the first bad tensor and sample.
   void push(const std::map<std::string, at::Tensor>& sample);
   void push_many(const std::map<std::string, at::Tensor>& samples);
   std::int64_t buffered() const;
@@ -113,7 +139,8 @@ class OnlineTrainer {
   void train_async(std::int64_t min_samples = 0);
   // Whether a background session is still running (false: finished or none started).
   bool poll() const;
-  // Waits for the background session and returns its result; rethrows its error. Without one: kUsage.
+  // Waits for the background session and returns its result; rethrows its error. Without one (none started, or
+  // collected already): returns at once, a result with session 0.
   SessionResult wait();
 
   // Predictions for `input` [rows, features] (Task::predict: the ddpm samples [rows, out] or [rows, samples,
@@ -132,6 +159,8 @@ class OnlineTrainer {
   void restore(const std::filesystem::path& path);
 
   const std::filesystem::path& run_dir() const { return run_dir_; }
+  // The config's resume was auto and found no checkpoint of the run: the trainer started untrained.
+  bool started_fresh() const { return started_fresh_; }
   data::StreamBuffer& buffer() { return *buffer_; }
 
  private:
@@ -160,14 +189,27 @@ class OnlineTrainer {
 
   std::shared_ptr<data::StreamBuffer> start_session(const std::string& call, std::int64_t min_samples);
   std::future<SessionResult> submit_session(std::shared_ptr<data::StreamBuffer> samples);
-  void construct(const config::Config& config);
+  void construct(const config::Config& config, const dist::ProcessInfo* job);
   std::filesystem::path save_here();
-  void restore_here(const std::filesystem::path& path);
+  void restore_here(const std::filesystem::path& path, bool collective);
   at::Tensor predict_here(const at::Tensor& input, const PredictOptions& options, std::optional<bool> ema);
-  std::shared_ptr<data::StreamBuffer> take_samples();
+  std::shared_ptr<data::StreamBuffer> take_samples(std::int64_t need);
   SessionResult run_session(const std::shared_ptr<data::StreamBuffer>& samples);
   void check_idle(const std::string& call) const;
   std::int64_t needed(std::int64_t min_samples) const;
+  enum class Call : std::int64_t { kTrain = 1, kSave = 2, kRestore = 3 };
+  struct Votes;
+  // The vote that opens a collective call (compute thread; nothing in one process): every rank's call, its number and
+  // `detail` (a session's samples buffered and needed, a restore's step); kUsage when a rank called something else.
+  Votes vote(Call call, std::int64_t detail, std::int64_t need = 0);
+  struct Rejected {  // a push's samples refused for NaN or Inf: the first bad value, and how many of the block
+    std::string tensor;
+    std::int64_t sample = 0, index = 0;
+    double value = 0;
+    std::int64_t refused = 0, of = 0;
+  };
+  std::optional<Rejected> drop_nonfinite(std::map<std::string, at::Tensor>& block);
+  void check_first_push(const std::map<std::string, at::Tensor>& stored);
 
   std::unique_ptr<Parts> parts_;
   ComputeThread compute_;  // after parts_: destroyed (joined) before it
@@ -181,6 +223,12 @@ class OnlineTrainer {
   std::atomic<bool> trained_{false};  // a session ran or a checkpoint was restored
   std::atomic<std::int64_t> sessions_{0};
   std::atomic<std::int64_t> taken_{0};
+  std::atomic<std::int64_t> rejected_{0};
+  std::atomic<bool> restored_{false};
+  bool started_fresh_ = false;
+  std::int64_t calls_ = 0;        // collective calls made (compute thread)
+  std::int64_t left_ = 0;         // the samples this rank's buffer kept at the last session's vote (compute thread)
+  std::string broken_;            // the failure that left the job unusable ("": none; compute thread)
 };
 
 }  // namespace bellows::app

@@ -25,6 +25,9 @@ class Sink;
 namespace bellows::hw {
 struct HardwareInfo;
 }
+namespace bellows::dist {
+struct ProcessInfo;
+}
 
 namespace bellows::app {
 
@@ -42,6 +45,10 @@ struct RunOptions {
   int tty = -1;                 // -1: detect
   std::shared_ptr<data::StreamBuffer> stream;  // the samples of data.source: stream (pushed by the program)
   std::vector<std::shared_ptr<obs::Sink>> sinks;  // more sinks besides the console, metrics.jsonl and TensorBoard
+  // Online training: the job of training processes the program set up (bellows_create_job, bellows_create_mpi); null:
+  // the calling process trains alone, whatever launched it.
+  const dist::ProcessInfo* job = nullptr;
+  bool console_sessions_only = false;  // the console shows the header, messages and warnings, not steps or epochs
 };
 
 struct RunResult {

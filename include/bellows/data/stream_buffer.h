@@ -51,8 +51,10 @@ class StreamBuffer {
   bool closed() const;
 
   // The samples held now, oldest first, as a dataset of their own (copies). clear: empty the buffer too,
-  // so the next session trains only on new samples. kData error when the buffer is empty.
-  std::shared_ptr<TensorDataset> take(bool clear = true, std::string name = "stream buffer");
+  // so the next session trains only on new samples. kData error when the buffer is empty. `limit` >= 0: the
+  // oldest `limit` samples only (all when it holds fewer); clear then removes just those, and the newer ones wait
+  // for the next session (the ranks of a job take equal shares: app/online.h).
+  std::shared_ptr<TensorDataset> take(bool clear = true, std::string name = "stream buffer", std::int64_t limit = -1);
 
  private:
   void push_locked(std::unique_lock<std::mutex>& lock, const std::map<std::string, at::Tensor>& samples, std::int64_t row);

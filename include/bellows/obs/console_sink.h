@@ -12,8 +12,10 @@ namespace bellows::obs {
 
 class ConsoleSink final : public Sink {
  public:
-  // `out` is written to; `tty`: draw a progress bar (default: isatty(out)).
-  explicit ConsoleSink(std::FILE* out = stdout, int tty = -1);
+  // `out` is written to; `tty`: draw a progress bar (default: isatty(out)). `sessions_only` (online training's
+  // default, online.log: sessions): the header of the first session and the messages (one line a session, warnings),
+  // no steps, epochs, evaluations or summaries.
+  explicit ConsoleSink(std::FILE* out = stdout, int tty = -1, bool sessions_only = false);
 
   void on_run_start(const RunStart& start) override;
   void on_step(const StepRecord& record) override;
@@ -26,6 +28,7 @@ class ConsoleSink final : public Sink {
   void finish_bar();
   std::FILE* out_;
   bool tty_;
+  bool sessions_only_ = false;
   bool bar_open_ = false;
   std::int64_t epochs_ = 0;
 };

@@ -20,6 +20,7 @@ struct SinkContext {
   std::filesystem::path run_dir;  // the run directory (metrics.jsonl, event files)
   std::FILE* console = nullptr;   // the terminal's stream; null: no console output
   int tty = -1;                   // the console is a terminal: 1, 0, or -1 to detect
+  bool console_sessions_only = false;  // online training's console: the header and messages only (obs/console_sink.h)
 };
 
 struct SinkEntry {

@@ -82,6 +82,8 @@ class Trainer {
   std::filesystem::path save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait = false);
   // Waits for a background checkpoint write; rethrows its error.
   void finish_checkpoint_write();
+  // `value` under `key` in every later checkpoint's manifest info (online training's session count, ...).
+  void note_in_checkpoints(const std::string& key, nlohmann::json value) { options_.checkpoint_info[key] = std::move(value); }
   // The reverse, before fit(): weights (strict: all must match, else a kData error listing the differences),
   // trainer state, the data position and the RNG states. Returns the differences when not strict. A checkpoint
   // of online training ("online" in its manifest) has no data position: fit() then plans train.epochs and

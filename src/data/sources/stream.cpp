@@ -41,6 +41,9 @@ SourceEntry stream_source() {
     stream_binding().declare(s);
     s.add("data.stream.clear", config::Type::kBool, "stream: empty the buffer when a session takes its samples")
         .default_value(YAML::Node(true));
+    s.add("data.stream.check_finite", config::Type::kBool,
+          "stream: a push refuses samples with NaN or Inf values (counted; the error names the tensor and the sample)")
+        .default_value(YAML::Node(true));
   };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> {
     BELLOWS_CHECK_CONFIG(r.stream != nullptr, "data.source is stream, but no program attached a stream buffer to this run",

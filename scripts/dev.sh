@@ -48,7 +48,7 @@ fi
 if [ -n "$sanitizer" ]; then
   # The library and its unit tests (or fuzz targets) only, instrumented; LibTorch is not.
   kinds=address,undefined; [ "$sanitizer" = tsan ] && kinds=thread
-  configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
+  configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF -DBELLOWS_BUILD_MPI=OFF)
   if [ "$sanitizer" = asan ]; then
     configure_args+=(-DCMAKE_CXX_COMPILER=clang++-16 -DBELLOWS_SANITIZE=address,undefined,fuzzer-no-link -DBELLOWS_BUILD_FUZZ=ON)
   else

@@ -28,6 +28,7 @@ if [ "$mode" = sanitize ]; then
   case "$sanitizer" in asan|tsan) ;; *) echo "usage: scripts/dev.sh sanitize asan|tsan [ctest args]" >&2; exit 2 ;; esac
 fi
 
+[ "$mode" = test ] && export BELLOWS_SETUP_TESTS=1   # the tests' packages too (MPI; scripts/setup.sh)
 source scripts/setup.sh
 build_dir="${BELLOWS_BUILD_DIR:-build}"
 jobs="${BELLOWS_JOBS:-$(nproc)}"
@@ -48,7 +49,7 @@ fi
 if [ -n "$sanitizer" ]; then
   # The library and its unit tests (or fuzz targets) only, instrumented; LibTorch is not.
   kinds=address,undefined; [ "$sanitizer" = tsan ] && kinds=thread
-  configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF)
+  configure_args+=(-DBELLOWS_BUILD_CLI=OFF -DBELLOWS_BUILD_BENCH=OFF -DBELLOWS_BUILD_FORTRAN=OFF -DBELLOWS_BUILD_MPI=OFF)
   if [ "$sanitizer" = asan ]; then
     configure_args+=(-DCMAKE_CXX_COMPILER=clang++-16 -DBELLOWS_SANITIZE=address,undefined,fuzzer-no-link -DBELLOWS_BUILD_FUZZ=ON)
   else
@@ -59,9 +60,13 @@ fi
 if [ "$sanitizer" = asan ] && [ -f "$build_dir/CMakeCache.txt" ] && ! grep -qx "BELLOWS_BUILD_FUZZ:BOOL=ON" "$build_dir/CMakeCache.txt"; then
   rm -rf "$build_dir"
 fi
-# Configured once; again when the LibTorch or library prefix changed (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX).
-if [ ! -f "$build_dir/build.ninja" ] || ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$BELLOWS_PREFIX_PATH" "$build_dir/CMakeCache.txt"; then
+# Configured once; again when the LibTorch or library prefix changed (BELLOWS_TORCH, Torch_DIR, BELLOWS_DEPS_PREFIX),
+# and for `test` once its packages are installed (a build that `run` configured has not looked for MPI with them).
+tests_stamp="$build_dir/.bellows-configured-with-test-packages"
+if [ ! -f "$build_dir/build.ninja" ] || ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$BELLOWS_PREFIX_PATH" "$build_dir/CMakeCache.txt" ||
+   { [ "$mode" = test ] && [ ! -f "$tests_stamp" ]; }; then
   cmake "${configure_args[@]}" >&2
+  if [ "$mode" = test ]; then touch "$tests_stamp"; fi
 fi
 targets=()
 [ "$mode" = run ] && targets=(--target bellows_cli)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything bellows builds against, idempotently: Debian -dev packages (apt), LibTorch from the
 # pinned PyPI `torch` wheel in a virtual environment kept in a cache outside the clone, and a ccache dir.
-# Source it (`. scripts/setup.sh`) to get BELLOWS_* variables, or run it to install and print them.
+# Source it (`. scripts/setup.sh`) to get BELLOWS_* variables, or run it to install and print them; with
+# BELLOWS_SETUP_TESTS=1 it also installs the tests' packages (BELLOWS_APT_TEST_PACKAGES; scripts/dev.sh test does).
 #
 # Where a machine already has what bellows needs (docs/gpu.md):
 #   BELLOWS_TORCH=/path/to/python   use the torch that this Python imports (2.11 to 2.13, C++11 ABI, its CUDA
@@ -24,6 +25,10 @@ BELLOWS_APT_PACKAGES=(cmake ninja-build g++ gfortran ccache pkg-config python3-v
   libyaml-cpp-dev libcli11-dev libgloo-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libnetcdf-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libssl-dev libsentencepiece-dev libcairo2-dev
   clang-16 libclang-rt-16-dev)   # Clang 16 and its compiler-rt (libFuzzer): scripts/dev.sh fuzz (Clang 14 lacks std::source_location)
+# The tests' own Debian packages, installed only where the tests will run (BELLOWS_SETUP_TESTS=1: `scripts/dev.sh
+# test` sets it): MPI, for libbellows_c_mpi, the Fortran module bellows_mpi and their tests (mpiexec). A build
+# without them has no MPI layer and says so; `run` does not need it.
+BELLOWS_APT_TEST_PACKAGES=(libopenmpi-dev openmpi-bin)
 
 export BELLOWS_CACHE="${BELLOWS_CACHE:-$HOME/.cache/bellows}"
 export CCACHE_DIR="${CCACHE_DIR:-$BELLOWS_CACHE/ccache}"
@@ -33,8 +38,9 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
 install_apt_packages() {
-  local missing=()
-  for p in "${BELLOWS_APT_PACKAGES[@]}"; do
+  local wanted=("${BELLOWS_APT_PACKAGES[@]}") missing=()
+  [ "${BELLOWS_SETUP_TESTS:-0}" = 1 ] && wanted+=("${BELLOWS_APT_TEST_PACKAGES[@]}")
+  for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0

@@ -61,7 +61,7 @@ program icon_coupled
     write (error_unit, '(a)') 'sim_f: the bellows library and module differ in API version'
     stop 1
   end if
-  call bellows_create(trainer, trim(config), status, overrides(1:n_overrides))
+  call bellows_create(trainer, trim(config), status, overrides=overrides(1:n_overrides))
   call check(status, 'bellows_create')
   write (*, '(a, a, a, i0, a, i0)') 'sim_f: bellows ', bellows_version(), ', steps ', first_step, ' to ', last_step
   if (len_trim(restore_path) > 0) then
@@ -74,10 +74,10 @@ program icon_coupled
   call simulate(first_step, fine, coarse)
   call make_samples(fine, coarse, context, target)
   call bellows_push_block(trainer, context(1:6, :), target, status)
-  write (*, '(a, i0, a, a)') 'sim_f: a 6-value context: status ', status, ': ', bellows_error_message()
+  write (*, '(a, i0, a, a)') 'sim_f: a 6-value context: status ', status, ': ', bellows_last_error()
   if (status /= BELLOWS_ERR_CONFIG .and. status /= BELLOWS_ERR_DATA) stop 1
   call bellows_push(trainer, context(:, 1), target(1:255, 1), status)       ! one sample, 255 fine values
-  write (*, '(a, i0, a, a)') 'sim_f: 255 fine values: status ', status, ': ', bellows_error_message()
+  write (*, '(a, i0, a, a)') 'sim_f: 255 fine values: status ', status, ': ', bellows_last_error()
   if (status /= BELLOWS_ERR_CONFIG .and. status /= BELLOWS_ERR_DATA) stop 1
   call bellows_run_dir(trainer, saved, status)
   call check(status, 'bellows_run_dir')
@@ -108,12 +108,12 @@ program icon_coupled
     end if
     if (step + every > last_step) then
       ! The run's last session: synchronously, then a checkpoint for the next run.
-      call bellows_train(trainer, 0_int64, status)
+      call bellows_train(trainer, 0, status)
       call check(status, 'bellows_train')
       sessions = sessions + 1
       call evaluate(step)
     else
-      call bellows_train_async(trainer, 0_int64, status)
+      call bellows_train_async(trainer, 0, status)
       call check(status, 'bellows_train_async')
       running = .true.
     end if
@@ -122,11 +122,11 @@ program icon_coupled
     call bellows_wait(trainer, status)
     call check(status, 'bellows_wait')
   end if
-  call bellows_save(trainer, status, saved)
+  call bellows_save(trainer, status, path=saved)
   call check(status, 'bellows_save')
   write (*, '(a, a)') 'checkpoint ', saved
-  call bellows_get_metrics(trainer, metrics, status)
-  call check(status, 'bellows_get_metrics')
+  call bellows_metrics_get(trainer, metrics, status)
+  call check(status, 'bellows_metrics_get')
   write (*, '(a, i0, a, i0, a, f8.4, a, f10.0, a)') 'sim_f: ', metrics%step, ' optimizer steps, ', metrics%pushed, &
     ' samples pushed, last loss ', metrics%loss, ', ', metrics%samples_per_second, ' samples/s'
   call bellows_destroy(trainer, status)
@@ -138,7 +138,7 @@ contains
     integer, intent(in) :: status
     character(len=*), intent(in) :: what
     if (status /= BELLOWS_OK) then
-      write (error_unit, '(a, a, a, i0, a, a)') 'sim_f: ', what, ' failed (status ', status, '): ', bellows_error_message()
+      write (error_unit, '(a, a, a, i0, a, a)') 'sim_f: ', what, ' failed (status ', status, '): ', bellows_last_error()
       stop 1
     end if
   end subroutine
@@ -225,15 +225,13 @@ contains
   ! The mean of `draws` samples per cell against the true fine values of this step.
   subroutine evaluate(step)
     integer, intent(in) :: step
-    real(c_float) :: input(ncontext, cells)
-    real(c_float), allocatable :: samples(:, :, :)
+    real(real64), allocatable :: samples(:, :, :)
     real(real64) :: rmse
     integer :: status
     allocate (samples(nfine, draws, cells))
-    input = real(context, c_float)
-    call bellows_predict(trainer, input, samples, status, seed=int(step, int64))
+    call bellows_predict(trainer, context, samples, status, seed=step)   ! double precision in and out
     call check(status, 'bellows_predict')
-    rmse = sqrt(sum((sum(real(samples, real64), dim=2) / draws - target)**2) / (nfine * cells))
+    rmse = sqrt(sum((sum(samples, dim=2) / draws - target)**2) / (nfine * cells))
     write (*, '(a, i0, a, i0, a, f7.4, a, f7.4)') 'eval step ', step, ' session ', sessions, ' rmse ', rmse, &
       ' baseline ', baseline_rmse(fine, coarse)
     flush (6)

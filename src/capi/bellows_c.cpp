@@ -24,6 +24,7 @@
 #include "bellows/util/error.h"
 #include "bellows/util/exception_report.h"
 #include "bellows/version.h"
+#include "bellows_c_internal.h"
 
 struct bellows_trainer {
   std::unique_ptr<bellows::app::OnlineTrainer> trainer;
@@ -296,8 +297,7 @@ int bellows_create_job_from_string(const char* yaml, const char* const* override
   });
 }
 
-// For the MPI layer (src/capi/mpi): its failures reach bellows_last_error() as the library's own do.
-extern "C" BELLOWS_C_EXPORT int bellows_internal_fail(int status, const char* message);
+// For the layers over the C API (bellows_c_internal.h): their failures reach bellows_last_error() as the library's own do.
 int bellows_internal_fail(int status, const char* message) {
   try {
     last_error = message != nullptr ? message : "";

@@ -129,14 +129,15 @@ struct Ddp::Impl {
   int failures = 0;  // collectives that failed: each one's marks in the store (unanswered)
 
   // After a failed collective: which ranks still answer. Each rank that fails marks itself in the store and waits a
-  // little (5 s, or dist.timeout_s when shorter) for the others' marks; those without one stopped, crashed or hang.
+  // little (a tenth of dist.timeout_s, 2 s at most) for the others' marks: ranks that lost a peer fail within
+  // milliseconds of each other, so those without a mark stopped, crashed or hang.
   // The store is rank 0's: where it cannot be reached, rank 0 is the one lost.
   std::string unanswered() {
     if (!store) return "";
     const std::string prefix = fmt::format("bellows/failed/{}/", ++failures);
     try {
       store->set(prefix + std::to_string(info.rank), std::vector<std::uint8_t>{1});
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(std::min(5.0, options.timeout_s) * 1e3));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(std::min(2.0, options.timeout_s / 10) * 1e3));
       std::vector<int> missing;
       for (;;) {
         missing.clear();

@@ -74,7 +74,8 @@ static char* config(const char* dir, int batch) {
            "  shuffle: false\n"
            "  val_fraction: 0\n"
            "model: {name: mlp, in_features: %d, out_features: %d, hidden: [16]}\n"
-           "optim: {name: adamw, lr: 0.01}\n"
+           "precision: fp32\n"
+           "optim: {type: adamw, lr: 0.01}\n"
            "train: {epochs: 2}\n"
            "schedule: {type: constant}\n"
            "checkpoint: {enabled: false}\n"
@@ -270,10 +271,6 @@ static void misuse(const char* dir) {
         "different calls: %s", bellows_last_error());
   /* Too few samples on rank 1: no rank trains, both are told which rank has how many. */
   int64_t extra = 0;
-  if (rank_ == 1) {
-    bellows_trainer* fresh = t;
-    (void)fresh;
-  }
   const int short_session = bellows_train(t, rank_ == 0 ? 0 : 2 * kSession);
   check(short_session == BELLOWS_NOT_READY && contains(bellows_last_error(), "the session needs 128 on every rank"),
         "too few samples: %d %s", short_session, bellows_last_error());
@@ -287,7 +284,7 @@ static void misuse(const char* dir) {
     const double took = seconds() - start;
     check(alone == BELLOWS_ERR_RESOURCE && contains(bellows_last_error(), "the vote that opens collective call"), "alone: %d %s", alone,
           bellows_last_error());
-    check(took < 5 + 10, "the lonely call took %.1f s with dist.timeout_s 5", took);
+    check(took < 5 + 0.5 + 2, "the lonely call took %.1f s with dist.timeout_s 5 (its timeout, then half a second to find who answers)", took);
     printf("rank 0: a session rank 1 did not join failed after %.1f s: %s\n", took, bellows_last_error());
     const double start2 = seconds();
     const int after = bellows_save(t, NULL, 0);
@@ -301,27 +298,26 @@ static void misuse(const char* dir) {
   expect(bellows_destroy(t), BELLOWS_OK, "bellows_destroy");
 }
 
-/* Rank 1 dies (SIGKILL) inside a background session; rank 0's wait returns BELLOWS_ERR_RESOURCE naming it. */
+/* Rank 1 dies (SIGKILL) inside a background session, right after the session's vote (the steps have begun); rank 0's
+ * wait returns BELLOWS_ERR_RESOURCE naming it; its trained model still predicts, collective calls are refused. */
 static void killed(const char* dir, int rank, const char* port) {
   rank_ = rank;
   char rendezvous[64];
   snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%s", port);
   const bellows_job job = {rank, 2, rank, 2, rendezvous};
-  const char* longer[] = {"train.epochs=400", "dist.timeout_s=20"};
   bellows_trainer* t = NULL;
-  if (!expect(bellows_create_job_from_string(config(dir, kBatch), longer, 2, &job, &t), BELLOWS_OK, "bellows_create_job")) return;
+  if (!expect(bellows_create_job_from_string(config(dir, kBatch), NULL, 0, &job, &t), BELLOWS_OK, "bellows_create_job")) return;
   expect(push(t, rank, 0, kSession), BELLOWS_OK, "push");
+  expect(bellows_train(t, 0), BELLOWS_OK, "bellows_train");
+  expect(push(t, rank, kSession, kSession), BELLOWS_OK, "push");
   expect(bellows_train_async(t, 0), BELLOWS_OK, "bellows_train_async");
-  if (rank == 1) {
-    usleep(500 * 1000);
-    raise(SIGKILL);
-  }
+  if (rank == 1) raise(SIGKILL);
   const double start = seconds();
   const int status = bellows_wait(t);
   const double took = seconds() - start;
   check(status == BELLOWS_ERR_RESOURCE && contains(bellows_last_error(), "rank 1 did not answer"), "the survivor's wait: %d %s", status,
         bellows_last_error());
-  check(took < 20 + 10, "the survivor waited %.1f s with dist.timeout_s 20", took);
+  check(took < 20 + 2 + 2, "the survivor waited %.1f s with dist.timeout_s 20", took);
   printf("rank 0: rank 1 was killed; wait returned %d after %.1f s: %s\n", status, took, bellows_last_error());
   expect(bellows_save(t, NULL, 0), BELLOWS_ERR_RESOURCE, "bellows_save after the loss");
   float out[kRows * kOut];

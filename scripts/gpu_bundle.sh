@@ -2,7 +2,7 @@
 # A bellows that runs on a GPU node without compiling there (docs/gpu.md): built here against the PyTorch the node
 # has (default torch 2.11.0+cu130 from PyPI, the device machines' version), packed with the C++ libraries it needs.
 #   scripts/gpu_bundle.sh OUT_DIR
-# Makes OUT_DIR/bellows-bundle/ (bin/bellows, bin/bellows_example_data, lib/: libbellows, its SentencePiece module
+# Makes OUT_DIR/bellows-bundle/ (bin/bellows, bin/bellows_example_data, bin/bellows_online_job, lib/: libbellows, libbellows_c, its SentencePiece module
 # and every library `ldd` resolves outside glibc, libstdc++/libgcc and LibTorch's own (torch/lib, nvidia/*); share/:
 # the hardware profiles) and OUT_DIR/bellows-bundle.tar.xz (what travels; at most 48 MiB). RPATHs are relative to
 # the bundle ($ORIGIN); LibTorch and the CUDA libraries are found at run time from the node's `python3 -c 'import
@@ -25,19 +25,19 @@ if [ -z "$python" ]; then
 fi
 "$python" -c "import torch; print('gpu_bundle: building against torch', torch.__version__, 'CUDA', torch.version.cuda)" >&2
 build="${BELLOWS_BUILD_DIR:-build-bundle}"
-BELLOWS_TORCH="$python" BELLOWS_BUILD_DIR="$build" BELLOWS_BUILD_TYPE=Release scripts/dev.sh build bellows_cli bellows_example_data
+BELLOWS_TORCH="$python" BELLOWS_BUILD_DIR="$build" BELLOWS_BUILD_TYPE=Release scripts/dev.sh build bellows_cli bellows_example_data bellows_online_job
 
 torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 dest="$out/bellows-bundle"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/share/bellows"
-cp "$build/bin/bellows" "$build/bin/bellows_example_data" "$dest/bin/"
-cp -L "$build"/src/libbellows.so.0 "$build"/src/libbellows_sentencepiece.so "$dest/lib/"
+cp "$build/bin/bellows" "$build/bin/bellows_example_data" "$build/bin/bellows_online_job" "$dest/bin/"
+cp -L "$build"/src/libbellows.so.0 "$build"/src/libbellows_sentencepiece.so "$build"/src/capi/libbellows_c.so.0 "$dest/lib/"
 ln -s libbellows.so.0 "$dest/lib/libbellows.so"
 cp -r "$build/share/bellows/profiles" "$dest/share/bellows/"
 # What ldd resolves outside the base system every Linux with a C++ compiler has, and outside the node's PyTorch.
 keep_out='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libresolv\.|libutil\.|libstdc\+\+|libgcc_s)'
-for f in "$dest"/bin/* "$dest"/lib/libbellows.so.0 "$dest"/lib/libbellows_sentencepiece.so; do
+for f in "$dest"/bin/* "$dest"/lib/libbellows.so.0 "$dest"/lib/libbellows_sentencepiece.so "$dest"/lib/libbellows_c.so.0; do
   ldd "$f" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $keep_out ]] && continue
     case "$path" in "$torch_dir"/*|/usr/local/cuda*) continue ;; esac

@@ -15,7 +15,8 @@
 #      fp16-mixed and tf32, each with compile: off and compile: cuda_graph: samples/s over the last logged window,
 #      peak memory, final loss, what the plan chose for precision and compile, the messages (fallbacks and reasons)
 #   4. DDP over NCCL with one rank (`bellows launch -n 1`), two ranks when the node has two GPUs; zero1 over NCCL with
-#      one rank, its checkpoint resumed under ddp; on a one-GPU node two ranks over Gloo on that GPU, ddp and zero1
+#      one rank, its checkpoint resumed under ddp; online training as one rank of a job over NCCL (bellows_online_job:
+#      the C API's bellows_create_job); on a one-GPU node two ranks over Gloo on that GPU, ddp and zero1
 #   5. the batch-size finder on the GPU (data.batch_size: auto); an injected out-of-memory step: W4 with batches of 64
 #      under gpu_memory_limit_mb=450 (a step of 32 peaks at about 372 MB there): the first step runs out of memory on
 #      the device and the run goes on in micro-batches (passes only when the log says so and the run finishes)
@@ -164,6 +165,16 @@ step zero1-nccl-1 90 "$bin/bellows" launch -n 1 -- train "${config[W5]}" "${zero
   dist.strategy=zero1 dist.backend=nccl name=zero1-nccl-1
 step zero1-nccl-1-resumed-ddp 90 "$bin/bellows" launch -n 1 -- train "${config[W5]}" "${zero1[@]}" ${extra[W5]} \
   precision=bf16-mixed dist.strategy=ddp dist.backend=nccl train.max_steps=$((steps + 20)) resume=auto name=zero1-nccl-1
+# The online job API (bellows_create_job; tests/capi/online_job.c): one training rank on the device over NCCL (a
+# process group of one), a session and one in the background while it pushes, predictions, a checkpoint restored.
+if [ -x "$bin/bellows_online_job" ]; then
+  backend=nccl; [ "$device" = cuda ] || backend=gloo
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  step online-job-$backend-1 90 "$bin/bellows_online_job" "$out/online-job" 0 1 "$port" dist.strategy=ddp dist.backend=$backend \
+    device="$device" precision=bf16-mixed
+else
+  printf 'online-job-nccl-1\tskipped\t0\tno bellows_online_job beside bellows\n' >>"$results"
+fi
 # Two ranks on one GPU over Gloo (NCCL refuses two ranks on one GPU): DDP's buckets and zero1's shards as CUDA
 # tensors through Gloo, the same data, the same global batch; ddp and zero1 should end at the same loss.
 if [ "$gpus" -lt 2 ]; then

@@ -477,7 +477,10 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
 // dist.strategy: auto joins as a run's would; online training has no data at the start to probe, so it stays there.
 void join_the_program_job(Assembly& s, const RunOptions& o) {
   const std::string name = config::get_string(s.c, "dist.strategy");
-  if (o.job == nullptr || o.job->world_size == 1) {
+  // A job of one rank trains alone unless a strategy of several processes is asked for by name (a process group of
+  // one, as `bellows launch -n 1`: the GPU check's NCCL path on one GPU).
+  const bool joins = o.job != nullptr && (o.job->world_size > 1 || (name != "auto" && dist::find_strategy(name).several_processes));
+  if (!joins) {
     BELLOWS_CHECK_CONFIG(name == "auto" || !dist::find_strategy(name).several_processes,
                          fmt::format("online training runs in the calling process alone, but dist.strategy is {} ({})", name,
                                      s.c.origin("dist.strategy").str()),

@@ -37,6 +37,21 @@ TEST(StreamBuffer, DropOldestKeepsTheNewestInOrder) {
   EXPECT_FALSE(buf.ready());
 }
 
+// A job's ranks take equal shares (app/online.h): the oldest `limit` samples leave, the newer wait, across the ring's wrap.
+TEST(StreamBuffer, TakeWithALimitTakesTheOldestAndKeepsTheRest) {
+  StreamBuffer buf({.capacity = 5, .when_full = "drop_oldest", .ready_samples = 1});
+  for (int i = 0; i < 7; ++i) buf.push(sample(static_cast<float>(i)));  // holds 2..6, the ring wrapped
+  EXPECT_EQ(firsts(*buf.take(/*clear=*/true, "s", 3)), (std::vector<float>{2, 3, 4}));
+  EXPECT_EQ(buf.size(), 2);
+  buf.push(sample(7));
+  EXPECT_EQ(firsts(*buf.take(/*clear=*/false, "s", 10)), (std::vector<float>{5, 6, 7}));  // more than it holds: all
+  EXPECT_EQ(firsts(*buf.take(/*clear=*/true, "s", 1)), (std::vector<float>{5}));
+  EXPECT_EQ(firsts(*buf.take(/*clear=*/true)), (std::vector<float>{6, 7}));
+  EXPECT_EQ(buf.size(), 0);
+  buf.push(sample(8));
+  EXPECT_THROW(buf.take(true, "s", 0), Error);
+}
+
 TEST(StreamBuffer, ReadyTriggerWakesAWaiter) {
   StreamBuffer buf({.capacity = 100, .ready_samples = 10});
   auto waiter = std::async(std::launch::async, [&] { return buf.wait_ready(10s); });

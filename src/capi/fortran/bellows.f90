@@ -145,13 +145,6 @@ module bellows
   interface bellows_train_async
     module procedure train_async_int64, train_async_int
   end interface
-  interface bellows_create_job
-    module procedure create_job_int_int, create_job_int_int64, create_job_int64_int, create_job_int64_int64
-  end interface
-  interface bellows_create_job_from_string
-    module procedure create_job_from_string_int_int, create_job_from_string_int_int64, &
-                     create_job_from_string_int64_int, create_job_from_string_int64_int64
-  end interface
 
   interface
     function c_version() bind(c, name="bellows_version") result(p)
@@ -554,97 +547,45 @@ contains
     call create_any(trainer, text, from_file, status, overrides, job)
   end subroutine
 
-  subroutine create_job_int_int(trainer, config_path, rank, size, rendezvous, status, overrides, local_rank, local_size)
+  ! rank and size: any integer kind (a default-kind literal too); a value of another type is BELLOWS_ERR_USAGE.
+  subroutine bellows_create_job(trainer, config_path, rank, size, rendezvous, status, overrides, local_rank, local_size)
     type(bellows_trainer), intent(out) :: trainer
     character(len=*), intent(in) :: config_path, rendezvous
-    integer, intent(in) :: rank, size
+    class(*), intent(in) :: rank, size
     integer, intent(out) :: status
     character(len=*), intent(in), optional :: overrides(:)
     class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, config_path, .true., 'bellows_create_job', int(rank, int64), int(size, int64), &
-                        rendezvous, status, overrides, local_rank, local_size)
+    call create_job_of(trainer, config_path, .true., 'bellows_create_job', rank, size, rendezvous, status, overrides, &
+                       local_rank, local_size)
   end subroutine
 
-  subroutine create_job_int_int64(trainer, config_path, rank, size, rendezvous, status, overrides, local_rank, local_size)
-    type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: config_path, rendezvous
-    integer, intent(in) :: rank
-    integer(int64), intent(in) :: size
-    integer, intent(out) :: status
-    character(len=*), intent(in), optional :: overrides(:)
-    class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, config_path, .true., 'bellows_create_job', int(rank, int64), size, &
-                        rendezvous, status, overrides, local_rank, local_size)
-  end subroutine
-
-  subroutine create_job_int64_int(trainer, config_path, rank, size, rendezvous, status, overrides, local_rank, local_size)
-    type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: config_path, rendezvous
-    integer(int64), intent(in) :: rank
-    integer, intent(in) :: size
-    integer, intent(out) :: status
-    character(len=*), intent(in), optional :: overrides(:)
-    class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, config_path, .true., 'bellows_create_job', rank, int(size, int64), &
-                        rendezvous, status, overrides, local_rank, local_size)
-  end subroutine
-
-  subroutine create_job_int64_int64(trainer, config_path, rank, size, rendezvous, status, overrides, local_rank, local_size)
-    type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: config_path, rendezvous
-    integer(int64), intent(in) :: rank, size
-    integer, intent(out) :: status
-    character(len=*), intent(in), optional :: overrides(:)
-    class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, config_path, .true., 'bellows_create_job', rank, size, &
-                        rendezvous, status, overrides, local_rank, local_size)
-  end subroutine
-
-  subroutine create_job_from_string_int_int(trainer, yaml, rank, size, rendezvous, status, overrides, local_rank, local_size)
+  subroutine bellows_create_job_from_string(trainer, yaml, rank, size, rendezvous, status, overrides, local_rank, local_size)
     type(bellows_trainer), intent(out) :: trainer
     character(len=*), intent(in) :: yaml, rendezvous
-    integer, intent(in) :: rank, size
+    class(*), intent(in) :: rank, size
     integer, intent(out) :: status
     character(len=*), intent(in), optional :: overrides(:)
     class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, yaml, .false., 'bellows_create_job_from_string', int(rank, int64), int(size, int64), &
-                        rendezvous, status, overrides, local_rank, local_size)
+    call create_job_of(trainer, yaml, .false., 'bellows_create_job_from_string', rank, size, rendezvous, status, &
+                       overrides, local_rank, local_size)
   end subroutine
 
-  subroutine create_job_from_string_int_int64(trainer, yaml, rank, size, rendezvous, status, overrides, local_rank, local_size)
+  subroutine create_job_of(trainer, text, from_file, call, rank, size, rendezvous, status, overrides, local_rank, local_size)
     type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: yaml, rendezvous
-    integer, intent(in) :: rank
-    integer(int64), intent(in) :: size
+    character(len=*), intent(in) :: text, call, rendezvous
+    logical, intent(in) :: from_file
+    class(*), intent(in) :: rank, size
     integer, intent(out) :: status
     character(len=*), intent(in), optional :: overrides(:)
     class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, yaml, .false., 'bellows_create_job_from_string', int(rank, int64), size, &
-                        rendezvous, status, overrides, local_rank, local_size)
-  end subroutine
-
-  subroutine create_job_from_string_int64_int(trainer, yaml, rank, size, rendezvous, status, overrides, local_rank, local_size)
-    type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: yaml, rendezvous
-    integer(int64), intent(in) :: rank
-    integer, intent(in) :: size
-    integer, intent(out) :: status
-    character(len=*), intent(in), optional :: overrides(:)
-    class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, yaml, .false., 'bellows_create_job_from_string', rank, int(size, int64), &
-                        rendezvous, status, overrides, local_rank, local_size)
-  end subroutine
-
-  subroutine create_job_from_string_int64_int64(trainer, yaml, rank, size, rendezvous, status, overrides, local_rank, &
-                                                local_size)
-    type(bellows_trainer), intent(out) :: trainer
-    character(len=*), intent(in) :: yaml, rendezvous
-    integer(int64), intent(in) :: rank, size
-    integer, intent(out) :: status
-    character(len=*), intent(in), optional :: overrides(:)
-    class(*), intent(in), optional :: local_rank, local_size
-    call create_job_any(trainer, yaml, .false., 'bellows_create_job_from_string', rank, size, &
-                        rendezvous, status, overrides, local_rank, local_size)
+    integer(int64) :: r, n
+    status = BELLOWS_OK
+    r = 0
+    n = 0
+    call optional_integer(rank, r, call, 'rank', status)
+    call optional_integer(size, n, call, 'size', status)
+    if (status /= BELLOWS_OK) return
+    call create_job_any(trainer, text, from_file, call, r, n, rendezvous, status, overrides, local_rank, local_size)
   end subroutine
 
   ! Stops a running session at its next step, waits for it, frees the trainer; trainer%handle becomes null.

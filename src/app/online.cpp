@@ -274,6 +274,9 @@ std::map<std::string, at::Tensor> keep_rows(const std::map<std::string, at::Tens
 std::optional<OnlineTrainer::Rejected> OnlineTrainer::drop_nonfinite(std::map<std::string, at::Tensor>& block) {
   if (block.empty() || block.begin()->second.dim() < 1 || !config::get_bool(parts_->config, "data.stream.check_finite")) return std::nullopt;
   const std::int64_t n = block.begin()->second.size(0);
+  for (const auto& [name, t] : block) {  // blocks of unequal lengths are the buffer's error to name (StreamBuffer::push_many)
+    if (t.dim() < 1 || t.size(0) != n) return std::nullopt;
+  }
   std::optional<NonFinite> first;
   const std::vector<bool> bad = nonfinite_samples(block, n, first);
   if (!first) return std::nullopt;

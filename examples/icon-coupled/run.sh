@@ -7,8 +7,10 @@
 #   3. sim_c (the pkg-config build) steps 1-384 in one run, restarting inside the process half-way,
 #   4. the variant whose diffusion model is the user's own TorchScript file (config-scripted.yaml, scripted_ddpm.py):
 #      sim_f steps 1-384 and sim_c steps 1-384, the same programs and calls,
+#   5. without --quick, the MPI variant: run_mpi.sh (sim_mpi.c, sim_mpi.f90 on 2 and 4 ranks; skipped where there is
+#      no MPI),
 # and checks that the model's error falls as it trains and ends below the bilinear interpolation's.
-#   run.sh [--quick]   --quick: 4 epochs per session instead of 6
+#   run.sh [--quick]   --quick: 4 epochs per session instead of 6, and no MPI runs
 source "$(dirname "$0")/../common.sh" "$@"; [ -z "$quick" ] || shift
 build="$(cd "$BELLOWS_BIN/.." && pwd)"
 prefix="$WORK/prefix"
@@ -69,4 +71,12 @@ else
 fi
 "$WORK/sim_c_pkgconfig" "$here/config-scripted.yaml" "$runs/c-scripted" 384 "${scripted[@]}" | tee "$WORK/c-scripted.txt"
 check_rmse "$WORK/fortran-scripted.txt" "$WORK/c-scripted.txt"
+
+# 5. The MPI variant (run_mpi.sh: the grid split among ranks, 2 and 4 ranks, restarts, the equality with one process):
+#    in the full run; --quick keeps to one process (CTest runs `run_mpi.sh --quick` as example.icon-coupled-mpi).
+if [ -z "$quick" ]; then
+  bash "$here/run_mpi.sh"
+else
+  echo "icon-coupled: the MPI variant is not run with --quick: run_mpi.sh [--quick] (CTest: example.icon-coupled-mpi)"
+fi
 echo "icon-coupled: OK"

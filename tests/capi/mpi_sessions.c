@@ -304,6 +304,16 @@ static void misuse(const char* dir) {
     expect(predict(t, out), BELLOWS_OK, "bellows_predict after the failure");  /* local calls still answer */
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  /* The rank that stayed away calls late: rank 0 no longer takes part, so rank 1 fails too, within its timeout. */
+  if (rank_ == 1) {
+    const double start = seconds();
+    const int late = bellows_train(t, 0);
+    const double took = seconds() - start;
+    check(late == BELLOWS_ERR_RESOURCE, "the late call: %d %s", late, bellows_last_error());
+    check(took < 5 + 0.5 + 2, "the late call took %.1f s with dist.timeout_s 5", took);
+    printf("rank 1: its late session failed after %.1f s: %s\n", took, bellows_last_error());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
   expect(bellows_destroy(t), BELLOWS_OK, "bellows_destroy");
 }
 

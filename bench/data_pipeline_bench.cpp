@@ -96,7 +96,10 @@ std::shared_ptr<data::Loader> make_loader(const std::shared_ptr<data::ImageFolde
   o.use_prefetch = prefetch;
   o.workers = prefetch ? 1 : 0;
   o.prefetch = 4;
-  return std::make_shared<data::Loader>(ds, data::Sampler(ds->size(), data::SamplerOptions{.kind = "shuffle", .seed = 0}), o);
+  data::SamplerOptions shuffled;
+  shuffled.kind = "shuffle";
+  shuffled.seed = 0;
+  return std::make_shared<data::Loader>(ds, data::Sampler(ds->size(), shuffled), o);
 }
 
 // Seconds per training step of a CNN of `width` on one fixed batch (no loading).

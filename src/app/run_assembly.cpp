@@ -280,6 +280,7 @@ namespace {
 
 // What the stages share while a run is assembled.
 struct Assembly {
+  explicit Assembly(const config::Config& config) : c(config) {}
   config::Config c;  // the data may fill in the model's input width (take_input_width_from_data)
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   dist::ProcessInfo process;  // online training: one process, whatever launched the program

@@ -314,7 +314,10 @@ LoaderStats Loader::stats() const {
 }
 
 void Loader::reset_stats() {
-  const LoaderStats fresh{.workers = stats_.workers, .on_device = stats_.on_device, .prefetch = stats_.prefetch};
+  LoaderStats fresh;  // the counters at zero; what the loader is, kept
+  fresh.workers = stats_.workers;
+  fresh.on_device = stats_.on_device;
+  fresh.prefetch = stats_.prefetch;
   stats_ = fresh;
   stats_start_.reset();
   first_work_.reset();

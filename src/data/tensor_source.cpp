@@ -6,8 +6,12 @@
 namespace bellows::data {
 
 TensorSource::TensorSource(std::map<std::string, at::Tensor> tensors, TensorSourceOptions options) {
-  auto dataset = std::make_shared<TensorDataset>(std::move(tensors), TensorDatasetOptions{.name = "in-memory tensors"});
-  SamplerOptions sampler{.kind = options.shuffle ? "shuffle" : "sequential", .seed = options.seed};
+  TensorDatasetOptions named;
+  named.name = "in-memory tensors";
+  auto dataset = std::make_shared<TensorDataset>(std::move(tensors), named);
+  SamplerOptions sampler;
+  sampler.kind = options.shuffle ? "shuffle" : "sequential";
+  sampler.seed = options.seed;
   LoaderOptions loader;
   loader.batch_size = options.batch_size;
   loader.drop_last = options.drop_last;

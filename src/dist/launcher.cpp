@@ -143,7 +143,10 @@ LaunchResult launch(const LaunchOptions& o, std::atomic<int>* stop) {
   }
 
   // --- wait: forward signals; the first failure stops the rest ---
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  // When the others get SIGKILL after a failure's SIGTERM (a time point and a flag, not an optional: GCC 12 warns that an
+  // optional time point may be used uninitialized).
+  std::chrono::steady_clock::time_point kill_at{};
+  bool killing = false;
   int running = o.nproc;
   int forwarded = 0;  // the last signal passed on to the processes
   while (running > 0) {
@@ -170,13 +173,14 @@ LaunchResult launch(const LaunchOptions& o, std::atomic<int>* stop) {
           result.message += fmt::format("; stopping the other {} local process(es)", running);
           signal_all(SIGTERM);
           kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(o.grace_s * 1000));
+          killing = true;
         }
       }
     }
     if (reaped) continue;
-    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+    if (killing && std::chrono::steady_clock::now() >= kill_at) {
       signal_all(SIGKILL);
-      kill_at.reset();
+      killing = false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -216,7 +216,11 @@ std::string operator_rows(const std::map<std::string, OperatorTotals>& totals, s
                                 device ? "time ms" : "total ms", device ? "" : "self ms", "share");
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
     const auto& [name, t] = rows[i];
-    const std::string shown = name.size() > 44 ? name.substr(0, 41) + "..." : name;
+    std::string shown = name;  // cut to the column (resize and append: GCC 12's -Warray-bounds misreads substr + "...")
+    if (shown.size() > 44) {
+      shown.resize(41);
+      shown += "...";
+    }
     out += fmt::format("  {:<44} {:>7} {:>12.3f} {:>12} {:>6.1f}%\n", shown, t.calls, t.total_us / 1e3,
                        device ? std::string() : fmt::format("{:.3f}", t.self_us / 1e3), all_self > 0 ? 100 * t.self_us / all_self : 0.0);
   }

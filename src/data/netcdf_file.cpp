@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -296,6 +297,9 @@ struct NetcdfFile::Impl {
     }
     std::size_t len = 0;
     check_nc(nc_inq_dimlen(ncid, dimid, &len), fmt::format("dimension '{}'", name));
+    if (len > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max())) {
+      fail(fmt::format("dimension '{}' claims {} values, more than 64-bit signed counts hold", name, len), "the file is corrupt: write it again");
+    }
     return static_cast<std::int64_t>(len);
   }
 
@@ -415,6 +419,17 @@ struct NetcdfFile::Impl {
     std::vector<std::size_t> start(v.dims.size(), 0), count = v.lens;
     start[static_cast<std::size_t>(v.p_time)] = static_cast<std::size_t>(t0);
     count[static_cast<std::size_t>(v.p_time)] = static_cast<std::size_t>(nt);
+    // The block's size must fit LibTorch's 64-bit counts before it is allocated (a corrupt header can claim lengths
+    // whose product overflows; found by fuzzing): a data error, not LibTorch's exception.
+    std::int64_t elements = 1;
+    for (const std::size_t c : count) {
+      if (c > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()) ||
+          __builtin_mul_overflow(elements, static_cast<std::int64_t>(c), &elements) || elements > std::numeric_limits<std::int64_t>::max() / 8) {
+        fail(fmt::format("variable '{}': a block of {} time step(s) of shape [{}] holds more values than 64-bit counts hold", v.name, nt,
+                         fmt::join(count, ", ")),
+             "the file is corrupt: write it again");
+      }
+    }
     at::Tensor raw =
         at::empty(std::vector<std::int64_t>(count.begin(), count.end()), v.exact_in_float ? at::kFloat : at::kDouble);
     const int status = v.exact_in_float

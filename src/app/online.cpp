@@ -365,8 +365,8 @@ OnlineMetrics OnlineTrainer::metrics() const {
       if (name == "loss") m.loss = value;
     }
   }
+  m.eval_loss = m.eval_metric = std::numeric_limits<double>::quiet_NaN();
   if (const auto e = parts_->latest->last_eval()) {
-    m.eval_loss = m.eval_metric = std::numeric_limits<double>::quiet_NaN();
     for (const auto& [name, value] : e->values) {
       if (name == "loss") {
         m.eval_loss = value;
@@ -374,8 +374,6 @@ OnlineMetrics OnlineTrainer::metrics() const {
         m.eval_metric = value;
       }
     }
-  } else {
-    m.eval_loss = m.eval_metric = std::numeric_limits<double>::quiet_NaN();
   }
   m.rejected = rejected_.load();
   m.restored = restored_.load();
@@ -477,14 +475,13 @@ OnlineTrainer::Votes OnlineTrainer::vote(Call call, std::int64_t detail, std::in
   v[me][2] = detail;
   v[me][3] = need;
   if (w > 1) {
-    std::vector<at::Tensor> sum{votes.to(parts_->plan.device)};
+    std::vector<at::Tensor> sum{votes};  // summed in place (the strategy moves it to its backend's device and back)
     try {
       ranks.all_reduce_sum(sum, fmt::format("the vote that opens collective call {} ({})", calls_, call_name(code)));
     } catch (...) {
       broken_ = current_failure();
       throw;
     }
-    votes = sum[0].cpu();
   }
   Votes out;
   auto all = votes.accessor<std::int64_t, 2>();

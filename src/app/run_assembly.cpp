@@ -237,6 +237,7 @@ fs::path run_to_continue(const fs::path& base) {
       runs.push_back(entry.path());
     }
   }
+  if (runs.size() == 1) return base;  // nothing to choose: checkpoint_to_resume verifies its checkpoints once, not twice
   std::optional<std::pair<fs::file_time_type, fs::path>> newest;
   for (const fs::path& run : runs) {
     if (!fs::is_directory(run / "checkpoints", ec)) continue;

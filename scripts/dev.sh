@@ -5,6 +5,9 @@
 #   test  -- build everything; run the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (what
 #            `sanitize asan` does; BELLOWS_TEST_ASAN=0 skips it) and each fuzz target for 20 s (`fuzz 20`;
 #            BELLOWS_TEST_FUZZ=0 skips it); then the whole test suite (CTest)
+#   test --quick -- build everything; the unit suites, the house rules and the fast end-to-end suites of what changes
+#            most often (the CLI, training, data, bad input, the demos), no sanitizers or fuzzing: the edit-compile-test
+#            loop (under 5 minutes with a warm build; README.md says what it took)
 #   build -- only build: everything, or the targets given (scripts/dev.sh build bellows_cli bellows_bare_loop)
 #   sanitize asan|tsan -- the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (asan) or
 #            ThreadSanitizer (tsan), in build-asan/ or build-tsan/; args after the kind go to ctest
@@ -19,7 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
 shift || true
-case "$mode" in run|test|build|sanitize|fuzz) ;; *) echo "usage: scripts/dev.sh run|test|build|sanitize asan|tsan|fuzz [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
+case "$mode" in run|test|build|sanitize|fuzz) ;; *) echo "usage: scripts/dev.sh run|test [--quick]|build|sanitize asan|tsan|fuzz [args for bellows or ctest | build targets]" >&2; exit 2 ;; esac
+quick=0
+if [ "$mode" = test ] && [ "${1:-}" = --quick ]; then quick=1; shift; fi
 sanitizer=""
 [ "$mode" = fuzz ] && sanitizer=asan
 if [ "$mode" = sanitize ]; then
@@ -39,6 +44,9 @@ configure_args=(-S . -B "$build_dir" -G Ninja
   -DCMAKE_PREFIX_PATH="$BELLOWS_PREFIX_PATH"
   -DCUDAToolkit_ROOT="$CUDAToolkit_ROOT"
   -DBELLOWS_PYTHON="$BELLOWS_PYTHON")
+# The main build has no compiler warning, and a new one is an error (issue 47); the sanitizer builds (Clang 16 for
+# ASan and the fuzz targets, GCC for TSan) are not held to it.
+if [ -z "$sanitizer" ]; then configure_args+=(-DBELLOWS_WARNINGS_AS_ERRORS=ON); fi
 if command -v ccache >/dev/null; then
   configure_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   # Relative paths and no working directory in the hash: a fresh clone elsewhere reuses the cache.
@@ -64,6 +72,7 @@ fi
 # and for `test` once its packages are installed (a build that `run` configured has not looked for MPI with them).
 tests_stamp="$build_dir/.bellows-configured-with-test-packages"
 if [ ! -f "$build_dir/build.ninja" ] || ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$BELLOWS_PREFIX_PATH" "$build_dir/CMakeCache.txt" ||
+   { [ -z "$sanitizer" ] && ! grep -qx "BELLOWS_WARNINGS_AS_ERRORS:BOOL=ON" "$build_dir/CMakeCache.txt"; } ||
    { [ "$mode" = test ] && [ ! -f "$tests_stamp" ]; }; then
   cmake "${configure_args[@]}" >&2
   if [ "$mode" = test ]; then touch "$tests_stamp"; fi
@@ -83,6 +92,15 @@ cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 case "$mode" in
   run)  exec "$build_dir/bin/bellows" "${@:-train}" ;;
   test)
+    if [ "$quick" = 1 ]; then
+      # The quick tier: tests labelled unit (every unit suite) or quick (house.rules), then the fast e2e suites.
+      # Both run; the exit code is the first failure's.
+      cd "$build_dir"
+      rc=0
+      ctest --output-on-failure -j "$jobs" -L '^(unit|quick)$' "$@" || rc=$?
+      ctest --output-on-failure -j "$jobs" -R '^(Cli|TrainCli|DataCli|DemoCliErrors|EveryModel/DemoCli|BadInput/Catalogue)\.' "$@" || [ "$rc" != 0 ] || rc=$?
+      exit "$rc"
+    fi
     # The instrumented passes first, the whole suite last (its summary closes the output).
     if [ "${BELLOWS_TEST_ASAN:-1}" != 0 ]; then
       echo "[dev.sh] the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)" >&2

@@ -16,7 +16,7 @@ set -euo pipefail
 BELLOWS_TORCH_VERSION=2.13.0        # pinned: its CUDA (13.0) matches the toolkit's major version
 BELLOWS_CUDA_MAJOR=13
 BELLOWS_TORCH_SUPPORTED="2.11 2.12 2.13"  # the minor versions bellows builds against (guards in the code say where they differ)
-BELLOWS_PY_EXTRAS=(numpy==2.4.6 jsonschema==4.26.0 safetensors==0.8.0 tensorboard==2.21.0)   # golden generators, schema checks, event-file round trip
+BELLOWS_PY_EXTRAS=(numpy==2.4.6 jsonschema==4.26.0 safetensors==0.8.0 tensorboard==2.21.0 lizard==1.24.3)   # golden generators, schema checks, event-file round trip, function lengths (scripts/house.py)
 # Optional test dependencies: installed where pip can, else the tests that use them say so and skip.
 # transformers: the nli-encoder example's Hugging Face variant (4.57 is the last line with torchscript=True tracing).
 # torchvision, timm: the newcomer walk (tests/e2e/newcomer_walk.py) scripts their ResNet-18 and MobileNetV3 and trains them.

@@ -9,6 +9,7 @@
 #include "bellows/app/schema.h"        // defines: kDemoName
 #include "bellows/config/binding.h"    // defines: Binding
 #include "bellows/train/graph_step.h"  // defines: step_graph_conditions
+#include "bellows/train/schedule_registry.h"  // defines: schedule_names
 #include "bellows/util/check.h"
 
 namespace bellows::app {
@@ -43,7 +44,7 @@ Binding<train::ScheduleOptions> schedule_binding() {
   using S = train::ScheduleOptions;
   Binding<S> b("schedule.");
   // A config's run keeps its rate unless it names a schedule (the struct's cosine is for C++ callers that set total_steps).
-  b.key("type", &S::type, "LR schedule after warmup").choices({"cosine", "linear", "step", "constant", "plateau"}).default_value(YAML::Node("constant"));
+  b.key("type", &S::type, "LR schedule after warmup").choices(train::schedule_names()).default_value(YAML::Node("constant"));
   b.key("warmup_steps", &S::warmup_steps, "linear warmup steps").min(0);
   b.key("warmup_start_factor", &S::warmup_start_factor, "warmup starts at this fraction of lr").min(0).max(1);
   b.key("total_steps", &S::total_steps, "cosine/linear: decay length (0: the whole run)").min(0);

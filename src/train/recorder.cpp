@@ -165,6 +165,18 @@ void Recorder::end_step(const StepResult& r, std::int64_t step, std::int64_t wor
   }
 }
 
+// What a record reads of memory (seeds 003, 004): tensor memory on the device now and at its peak over the window, the
+// peak by phase, the process's resident memory, and what this rank holds by category.
+struct Recorder::MemoryReading {
+  static constexpr std::array<const char*, 4> kCategory = {"weights", "grads", "optim", "ema"};
+  static constexpr std::size_t kPerRank = 3 + kCategory.size();  // the numbers each rank adds to the window's sums
+  obs::MemoryStats mem;
+  std::int64_t peak = 0;
+  std::array<std::int64_t, obs::kPhases> phase_peaks{};
+  obs::ProcessMemory proc;
+  Categories held{};
+};
+
 std::string Recorder::record(const Position& at) {
   Window& w = *window_;
   if (w.micro_batches == 0) return "";
@@ -172,6 +184,31 @@ std::string Recorder::record(const Position& at) {
   // The window ends here for the phases as for its wall time: what ran since the last step (an evaluation before
   // this record) is `other`; the rest of this record and what follows it go to the next window's `other`.
   clock_->lap(obs::Phase::kOther);
+  obs::StepRecord r = timing_record(at, t);
+  // --- the window's one synchronisation: its sums (over every rank) and skip count come back from the device ---
+  std::vector<at::Tensor> parts{w.loss_sum};
+  for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
+  if (w.units_on_device.defined()) parts.push_back(w.units_on_device);  // read with the rest: no extra sync
+  // Memory now, before the sums, so that every rank's travels with them.
+  const MemoryReading memory = read_memory();
+  const std::size_t per_rank_at = parts.size();
+  add_rank_memory(parts, memory);
+  const std::vector<double> sum = sums_over_ranks(*options_.strategy, parts);
+  add_task_values(r, sum, per_rank_at, t);
+  const std::string first_skipped = note_skipped(at);
+  for (const auto& m : precision_.metrics()) r.values.push_back(m);
+  for (const auto& m : options_.strategy->metrics()) r.values.push_back(m);  // communication time, with several ranks
+  add_memory_values(r, memory, sum, per_rank_at);
+  add_speed_values(r);
+  for (auto& sink : sinks_) sink->on_step(r);
+  last_record_ = r;
+  w.reset(t, at.step, precision_.skipped_steps());  // keeps epoch_start_s
+  return first_skipped;
+}
+
+// The record's position and the window's time and throughput, at `t`.
+obs::StepRecord Recorder::timing_record(const Position& at, double t) const {
+  const Window& w = *window_;
   obs::StepRecord r;
   r.step = at.step;
   r.epoch = at.epoch;
@@ -182,43 +219,48 @@ std::string Recorder::record(const Position& at) {
   r.samples_per_s = w.samples / std::max(t - w.start_s, 1e-9);
   r.step_time_ms = 1000.0 * (t - w.start_s) / std::max<std::int64_t>(w.optimizer_calls, 1);
   r.lr = at.lr;
-  dist::Strategy& strategy = *options_.strategy;
-  const double n = static_cast<double>(w.micro_batches) * strategy.world_size();
-  // --- the window's one synchronisation: its sums (over every rank) and skip count come back from the device ---
-  std::vector<at::Tensor> parts{w.loss_sum};
-  for (const auto& [name, sum] : w.metric_sums) parts.push_back(sum);
-  if (w.units_on_device.defined()) parts.push_back(w.units_on_device);  // read with the rest: no extra sync
-  // Memory now, before the sums, so that every rank's travels with them: seven numbers per rank (tensor memory now and
-  // at its peak, resident memory, and what it holds by category), each rank's at its place and zeros elsewhere.
-  const obs::MemoryStats mem = obs::memory_stats(options_.device);
-  std::int64_t mem_peak = mem.peak_bytes;  // since the clock's last lap; the window's is the largest of its phases'
-  std::array<std::int64_t, obs::kPhases> phase_peaks{};
-  phase_peaks.fill(-1);
-  if (mem.tracked) {
-    phase_peaks = clock_->take_memory();
-    for (const std::int64_t p : phase_peaks) mem_peak = std::max(mem_peak, p);
+  return r;
+}
+
+Recorder::MemoryReading Recorder::read_memory() {
+  MemoryReading m;
+  m.mem = obs::memory_stats(options_.device);
+  m.peak = m.mem.peak_bytes;  // since the clock's last lap; the window's is the largest of its phases'
+  m.phase_peaks.fill(-1);
+  if (m.mem.tracked) {
+    m.phase_peaks = clock_->take_memory();
+    for (const std::int64_t p : m.phase_peaks) m.peak = std::max(m.peak, p);
     for (std::size_t i = 0; i < obs::kPhases; ++i) {  // the steps' own phases: what a checkpoint is compared with
-      if (i != static_cast<std::size_t>(obs::Phase::kOther)) training_peak_ = std::max(training_peak_, phase_peaks[i]);
+      if (i != static_cast<std::size_t>(obs::Phase::kOther)) training_peak_ = std::max(training_peak_, m.phase_peaks[i]);
     }
     obs::reset_peak(options_.device);
   }
-  const obs::ProcessMemory proc = obs::process_memory();
-  const Categories held = mem.tracked && categories_ ? categories_() : Categories{-1, -1, -1, -1};
-  static constexpr std::array<const char*, 4> kCategory = {"weights", "grads", "optim", "ema"};
-  constexpr std::size_t kPerRank = 3 + kCategory.size();
-  const int world = strategy.world_size();
-  const std::size_t per_rank_at = parts.size();
-  if (world > 1) {
-    const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(w.loss_sum.device());
-    for (int rank = 0; rank < world; ++rank) {
-      const bool mine = rank == strategy.rank();
-      parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem.current_bytes) : 0.0, f64));
-      parts.push_back(at::full({}, mine && mem.tracked ? static_cast<double>(mem_peak) : 0.0, f64));
-      parts.push_back(at::full({}, mine && proc.rss_bytes >= 0 ? static_cast<double>(proc.rss_bytes) : 0.0, f64));
-      for (const std::int64_t bytes : held) parts.push_back(at::full({}, mine ? static_cast<double>(bytes) : 0.0, f64));
-    }
+  m.proc = obs::process_memory();
+  m.held = m.mem.tracked && categories_ ? categories_() : Categories{-1, -1, -1, -1};
+  return m;
+}
+
+// With several ranks, seven numbers per rank join the window's sums (tensor memory now and at its peak, resident
+// memory, and what it holds by category), each rank's at its place and zeros elsewhere.
+void Recorder::add_rank_memory(std::vector<at::Tensor>& parts, const MemoryReading& m) const {
+  const dist::Strategy& strategy = *options_.strategy;
+  if (strategy.world_size() <= 1) return;
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(window_->loss_sum.device());
+  for (int rank = 0; rank < strategy.world_size(); ++rank) {
+    const bool mine = rank == strategy.rank();
+    parts.push_back(at::full({}, mine && m.mem.tracked ? static_cast<double>(m.mem.current_bytes) : 0.0, f64));
+    parts.push_back(at::full({}, mine && m.mem.tracked ? static_cast<double>(m.peak) : 0.0, f64));
+    parts.push_back(at::full({}, mine && m.proc.rss_bytes >= 0 ? static_cast<double>(m.proc.rss_bytes) : 0.0, f64));
+    for (const std::int64_t bytes : m.held) parts.push_back(at::full({}, mine ? static_cast<double>(bytes) : 0.0, f64));
   }
-  const std::vector<double> sum = sums_over_ranks(strategy, parts);
+}
+
+// The loss and the task's metrics (means over the window's micro-batches on every rank), the tokens or pixels per
+// second, the mean gradient norm.
+void Recorder::add_task_values(obs::StepRecord& r, const std::vector<double>& sum, std::size_t per_rank_at, double t) const {
+  const Window& w = *window_;
+  const dist::Strategy& strategy = *options_.strategy;
+  const double n = static_cast<double>(w.micro_batches) * strategy.world_size();
   r.values.emplace_back("loss", sum[0] / n);
   for (std::size_t i = 0; i < w.metric_sums.size(); ++i) r.values.emplace_back(w.metric_sums[i].first, sum[i + 1] / n);
   r.task_values = r.values.size();
@@ -229,60 +271,65 @@ std::string Recorder::record(const Position& at) {
   }
   const double norm_sum = w.grad_norm_sum.defined() ? w.grad_norm_sum.item<double>() : 0.0;
   r.values.emplace_back("grad_norm", norm_sum / std::max<std::int64_t>(w.optimizer_calls, 1));
+}
+
+// The window's skipped steps, said in a message; returns the first one's description ("" when none was skipped).
+std::string Recorder::note_skipped(const Position& at) {
+  const Window& w = *window_;
   const std::int64_t skipped = precision_.skipped_steps();
-  std::string first_skipped;
-  if (skipped > w.skipped_before) {
-    first_skipped = first_skipped_step();
-    message(fmt::format("{} of optimizer steps {}-{} skipped: non-finite gradients ({}); parameters, optimizer state and EMA are "
-                        "unchanged by them (the step count and the schedule advance, as in PyTorch)",
-                        skipped - w.skipped_before, w.first_step + 1, at.step, first_skipped));
-  }
-  for (const auto& m : precision_.metrics()) r.values.push_back(m);
-  for (const auto& m : strategy.metrics()) r.values.push_back(m);  // communication time, with several ranks
-  // Memory monitoring (seeds 003, 004), read above: tensor memory on the device now and at its peak over the window,
-  // the peak by phase, the process's resident memory; with several ranks, every other rank's too.
-  if (mem.tracked) {
+  if (skipped <= w.skipped_before) return "";
+  const std::string first_skipped = first_skipped_step();
+  message(fmt::format("{} of optimizer steps {}-{} skipped: non-finite gradients ({}); parameters, optimizer state and EMA are "
+                      "unchanged by them (the step count and the schedule advance, as in PyTorch)",
+                      skipped - w.skipped_before, w.first_step + 1, at.step, first_skipped));
+  return first_skipped;
+}
+
+// Memory monitoring, read before the sums: this rank's, then with several ranks every other rank's.
+void Recorder::add_memory_values(obs::StepRecord& r, const MemoryReading& m, const std::vector<double>& sum,
+                                 std::size_t per_rank_at) const {
+  const auto& category = MemoryReading::kCategory;
+  if (m.mem.tracked) {
     for (std::size_t i = 0; i < obs::kPhases; ++i) {
-      if (phase_peaks[i] < 0) continue;
-      r.phase_mem_mb.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), static_cast<double>(phase_peaks[i]) / 1e6);
+      if (m.phase_peaks[i] < 0) continue;
+      r.phase_mem_mb.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), static_cast<double>(m.phase_peaks[i]) / 1e6);
     }
-    r.values.emplace_back("mem_mb", static_cast<double>(mem.current_bytes) / 1e6);
-    r.values.emplace_back("mem_peak_mb", static_cast<double>(mem_peak) / 1e6);
-    for (std::size_t k = 0; k < kCategory.size(); ++k) {
-      if (held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb", kCategory[k]), static_cast<double>(held[k]) / 1e6);
+    r.values.emplace_back("mem_mb", static_cast<double>(m.mem.current_bytes) / 1e6);
+    r.values.emplace_back("mem_peak_mb", static_cast<double>(m.peak) / 1e6);
+    for (std::size_t k = 0; k < category.size(); ++k) {
+      if (m.held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb", category[k]), static_cast<double>(m.held[k]) / 1e6);
     }
-    if (mem.reserved_bytes >= 0) r.values.emplace_back("mem_reserved_mb", static_cast<double>(mem.reserved_bytes) / 1e6);
+    if (m.mem.reserved_bytes >= 0) r.values.emplace_back("mem_reserved_mb", static_cast<double>(m.mem.reserved_bytes) / 1e6);
   }
-  if (proc.rss_bytes >= 0) {
-    r.values.emplace_back("rss_mb", static_cast<double>(proc.rss_bytes) / 1e6);
-    r.values.emplace_back("rss_peak_mb", static_cast<double>(proc.peak_rss_bytes) / 1e6);
+  if (m.proc.rss_bytes >= 0) {
+    r.values.emplace_back("rss_mb", static_cast<double>(m.proc.rss_bytes) / 1e6);
+    r.values.emplace_back("rss_peak_mb", static_cast<double>(m.proc.peak_rss_bytes) / 1e6);
   }
-  for (int rank = 1; rank < world; ++rank) {
-    const std::size_t at_rank = per_rank_at + kPerRank * static_cast<std::size_t>(rank);
-    if (mem.tracked) {
+  for (int rank = 1; rank < options_.strategy->world_size(); ++rank) {
+    const std::size_t at_rank = per_rank_at + MemoryReading::kPerRank * static_cast<std::size_t>(rank);
+    if (m.mem.tracked) {
       r.values.emplace_back(fmt::format("mem_mb_rank{}", rank), sum[at_rank] / 1e6);
       r.values.emplace_back(fmt::format("mem_peak_mb_rank{}", rank), sum[at_rank + 1] / 1e6);
-      for (std::size_t k = 0; k < kCategory.size(); ++k) {
-        if (held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb_rank{}", kCategory[k], rank), sum[at_rank + 3 + k] / 1e6);
+      for (std::size_t k = 0; k < category.size(); ++k) {
+        if (m.held[k] >= 0) r.values.emplace_back(fmt::format("mem_{}_mb_rank{}", category[k], rank), sum[at_rank + 3 + k] / 1e6);
       }
     }
-    if (proc.rss_bytes >= 0) r.values.emplace_back(fmt::format("rss_mb_rank{}", rank), sum[at_rank + 2] / 1e6);
+    if (m.proc.rss_bytes >= 0) r.values.emplace_back(fmt::format("rss_mb_rank{}", rank), sum[at_rank + 2] / 1e6);
   }
-  // Achieved FLOP/s per device and MFU against the measured matmul peak of the precision in use.
+}
+
+// Achieved FLOP/s per device and MFU against the measured matmul peak of the precision in use; where the window's
+// time went, per optimizer step (obs/phase_clock.h), read after the sync.
+void Recorder::add_speed_values(obs::StepRecord& r) {
   if (flops_per_sample_ > 0) {
-    const double per_device = flops_per_sample_ * r.samples_per_s / static_cast<double>(strategy.world_size());
+    const double per_device = flops_per_sample_ * r.samples_per_s / static_cast<double>(options_.strategy->world_size());
     r.values.emplace_back("gflops", per_device / 1e9);
     if (options_.peak_flops_per_s > 0) r.values.emplace_back("mfu", per_device / options_.peak_flops_per_s);
   }
-  // Where the window's time went, per optimizer step (obs/phase_clock.h); read after the sync above.
   const std::array<double, obs::kPhases> ms = clock_->take();
   for (std::size_t i = 0; i < obs::kPhases; ++i) {
-    r.phase_ms.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), ms[i] / std::max<std::int64_t>(w.optimizer_calls, 1));
+    r.phase_ms.emplace_back(obs::phase_name(static_cast<obs::Phase>(i)), ms[i] / std::max<std::int64_t>(window_->optimizer_calls, 1));
   }
-  for (auto& sink : sinks_) sink->on_step(r);
-  last_record_ = r;
-  w.reset(t, at.step, skipped);  // keeps epoch_start_s
-  return first_skipped;
 }
 
 std::string Recorder::first_skipped_step() const {

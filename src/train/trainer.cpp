@@ -23,6 +23,7 @@
 #include "bellows/train/freeze.h"
 #include "bellows/train/recorder.h"
 #include "bellows/train/recovering_step.h"  // defines: fail_out_of_memory
+#include "bellows/train/schedule_registry.h"
 #include "bellows/train/step_undo.h"
 #include "bellows/util/check.h"
 #include "bellows/util/exception_report.h"
@@ -31,8 +32,6 @@
 
 namespace bellows::train {
 namespace {
-
-bool uses_total_steps(const std::string& type) { return type == "cosine" || type == "linear"; }
 
 // The names of the optimizer's parameters, in its order: the record names the first non-finite gradient by them.
 std::vector<std::string> parameter_names(const torch::nn::Module& model, const std::vector<at::Tensor>& params) {
@@ -44,23 +43,6 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model, const s
     names.push_back(it != by_tensor.end() ? it->second : fmt::format("parameter {}", names.size()));
   }
   return names;
-}
-
-// The trainer state of `saved` for rank `rank`: every entry but the per-rank ones of a sharded checkpoint
-// ("rank.<r>.rng.cpu", "rank.<r>.data...": RNG states and data position), of which it takes its own rank's, or rank 0's
-// where the checkpoint was written by fewer ranks, without the prefix. The rest as saved: the optimizer and the EMA
-// copy what they load (the tensors may be a mapped file's); the few other tensors are copied here.
-StateDict own_state(const StateDict& saved, int rank) {
-  const std::string mine = fmt::format("rank.{}.", rank);
-  const bool has_mine = std::any_of(saved.begin(), saved.end(), [&](const auto& kv) { return kv.first.rfind(mine, 0) == 0; });
-  const std::string take = has_mine ? mine : "rank.0.";
-  StateDict out;
-  for (const auto& [key, t] : saved) {
-    const bool copied = key.rfind("optim.", 0) == 0 || key.rfind("ema.", 0) == 0;
-    if (key.rfind("rank.", 0) != 0) out.emplace(key, copied ? t : t.clone());
-    else if (key.rfind(take, 0) == 0) out.emplace(key.substr(take.size()), t.clone());
-  }
-  return out;
 }
 
 // The model's named blocks as a strategy sees them (dist::ModelBlocks): fsdp chooses its units among them.
@@ -161,7 +143,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Task>
                                                [this](const std::string& text) { message(text); });
   if (options_.sessions) {
     // Sessions have no planned end: a schedule that decays over the run's steps must be told how many.
-    BELLOWS_CHECK_CONFIG(!uses_total_steps(options_.schedule.type) || options_.schedule.total_steps > 0,
+    BELLOWS_CHECK_CONFIG(!find_schedule(options_.schedule.type).decays_over_total_steps || options_.schedule.total_steps > 0,
                          fmt::format("schedule.type is {}, which decays over schedule.total_steps, but online training has no "
                                      "planned end and schedule.total_steps is 0", options_.schedule.type),
                          "set schedule.total_steps (sessions x optimizer steps per session), or use schedule.type constant");
@@ -199,7 +181,7 @@ double Trainer::flops_per_sample() const { return recorder_->flops_per_sample();
 std::unique_ptr<Schedule> Trainer::build_schedule(std::int64_t planned) {
   ScheduleOptions schedule_options = options_.schedule;
   if (schedule_options.mode == "auto") schedule_options.mode = task_->lower_is_better() ? "min" : "max";
-  if (uses_total_steps(schedule_options.type) && schedule_options.total_steps == 0) {
+  if (find_schedule(schedule_options.type).decays_over_total_steps && schedule_options.total_steps == 0) {
     schedule_options.total_steps = planned;
     if (planned <= schedule_options.warmup_steps) {  // a short run (max_steps) inside the warmup
       schedule_options.total_steps = schedule_options.warmup_steps + 1;
@@ -256,98 +238,128 @@ void Trainer::fail_after_saving(data::BatchSource& train, std::exception_ptr err
                r.hint);
 }
 
-FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
-  // --- the fit's plan: its batches and steps (a session starts at its data's beginning, counting on from its step) ---
-  const std::int64_t k = options_.accumulation_steps;
-  const std::int64_t batches_per_epoch = train.batches_per_epoch();
-  BELLOWS_CHECK_DATA(batches_per_epoch > 0, "the training data produced no batches",
-                     "check the data source: fewer samples than one batch with drop_last?");
-  if (options_.sessions) epoch_ = batches_in_epoch_ = 0, first_step_ = step_;
-  const std::int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
-  // epochs 0: train to max_steps, over as many epochs as that takes (as Lightning's max_steps without max_epochs).
-  const std::int64_t epochs = options_.epochs > 0 ? options_.epochs : (options_.max_steps + steps_per_epoch - 1) / steps_per_epoch;
-  std::int64_t planned = first_step_ + steps_per_epoch * epochs;
-  if (options_.max_steps > 0) planned = std::min(planned, first_step_ + options_.max_steps);
+// What a fit() plans before its first step, and the counters it reports as differences.
+struct Trainer::FitPlan {
+  std::int64_t accumulation = 1;       // loaded batches per optimizer step
+  std::int64_t batches_per_epoch = 0;
+  std::int64_t epochs = 0;
+  std::int64_t planned = 0;            // the step the fit ends at
+  std::int64_t samples_at_start = 0, skipped_at_start = 0, recoveries_at_start = 0;
+};
 
-  // --- set-up: records, the schedule (sessions: built once), replicas, how steps run ---
-  recorder_->start_fit(epochs, batches_per_epoch, planned, step_, parameter_names(*model_, params_));
-  keeper_->start_fit();
-  if (!options_.sessions) schedule_ = build_schedule(planned);
-  if (!pending_schedule_state_.empty()) {
-    schedule_->load_state_dict(pending_schedule_state_);
-    pending_schedule_state_.clear();
-  }
-  dist::Strategy& strategy = *options_.strategy;
-  strategy.setup(*model_, params_);  // replicas equal (rank 0's weights), gradient communication attached
-  const std::int64_t world = strategy.world_size();
+FitResult Trainer::fit_steps(data::BatchSource& train, data::BatchSource* val) {
+  const FitPlan plan = plan_fit(train);
+  start_fit(plan);
   const std::unique_ptr<StepRunner> runner = make_step_runner(step_parts(), step_);
   FitResult result;
-  const std::int64_t samples_at_start = samples_, skipped_at_start = precision_->skipped_steps(), recoveries_at_start = split_.recoveries;
   model_->train();
 
-  bool done = step_ >= planned;
+  bool done = step_ >= plan.planned;
   result.already_complete = done && !options_.sessions;
   if (result.already_complete) result.last_eval = keeper_->last_monitored();
-  for (; epoch_ < epochs && !done; ++epoch_) {
+  for (; epoch_ < plan.epochs && !done; ++epoch_) {
     train.start_epoch(epoch_);
     recorder_->start_epoch(step_);
     while (!done) {
-      const std::int64_t batches = std::min(k, train.remaining_in_epoch());
+      const std::int64_t batches = std::min(plan.accumulation, train.remaining_in_epoch());
       if (batches == 0) break;
-
-      // --- one optimizer step: forward and backward over its micro-batches, then the update, skipped on the device on
-      // non-finite gradients (the host learns of it at the next record); nothing here waits for the device ---
-      recorder_->begin_step(step_);
-      strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
-      optimizer_->set_lr(schedule_->lr(step_));
-      mid_step_ = true;
-      StepBatches loaded(train, batches, step_ + 1, recorder_->clock());
-      const StepResult ran = runner->run(loaded);
-      ++step_;
-      if (ema_ && !ran.ema_updated) ema_->update(step_, ran.gradients.skipped);
-      mid_step_ = false;
-      if (options_.detect_anomaly) {
-        const auto whole = strategy.whole_parameters();
-        check_parameters(*model_, step_, optimizer_->lr());
-      }
-      samples_ += ran.samples * world;  // every rank takes an equal share (the sampler pads to it)
-      batches_in_epoch_ += batches;
-      recorder_->end_step(ran, step_, world);
-
-      // --- records, evaluation, checkpoints, stopping ---
-      if (step_ % options_.log_every_n_steps == 0 && train.remaining_in_epoch() > 0) record(batches_per_epoch);
-      if (val && options_.eval_every_n_steps > 0 && step_ % options_.eval_every_n_steps == 0) run_eval(*val, result);
-      done = step_ >= planned;
-      const CheckpointKeeper::Decision decision = keeper_->after_step(step_, stop_requested(), done);
-      if (decision.stop) result.interrupted = done = true;
-      if (!decision.checkpoint.empty()) result.checkpoint = save_checkpoint(&train, decision.checkpoint, decision.wait);
+      run_step(*runner, train, batches);
+      done = after_step(train, val, plan, result);
     }
-    record(batches_per_epoch);
+    record(plan.batches_per_epoch);
     if (train.remaining_in_epoch() > 0) break;  // stopped mid-epoch: by max_steps or a stop request
     recorder_->end_epoch(epoch_);
     if (val && options_.eval_every_n_steps == 0) run_eval(*val, result);
     batches_in_epoch_ = 0;
     ++result.epochs_completed;
   }
+  finish_fit(train, plan, result);
+  return result;
+}
 
-  // --- the end: a trace still recording, the last checkpoint (a sharded one from the shares the ranks hold), every
-  // weight back on every rank (fsdp), the summary ---
+// The fit's plan: its batches and steps (a session starts at its data's beginning, counting on from its step).
+Trainer::FitPlan Trainer::plan_fit(data::BatchSource& train) {
+  FitPlan plan;
+  plan.accumulation = options_.accumulation_steps;
+  plan.batches_per_epoch = train.batches_per_epoch();
+  BELLOWS_CHECK_DATA(plan.batches_per_epoch > 0, "the training data produced no batches",
+                     "check the data source: fewer samples than one batch with drop_last?");
+  if (options_.sessions) epoch_ = batches_in_epoch_ = 0, first_step_ = step_;
+  const std::int64_t steps_per_epoch = (plan.batches_per_epoch + plan.accumulation - 1) / plan.accumulation;
+  // epochs 0: train to max_steps, over as many epochs as that takes (as Lightning's max_steps without max_epochs).
+  plan.epochs = options_.epochs > 0 ? options_.epochs : (options_.max_steps + steps_per_epoch - 1) / steps_per_epoch;
+  plan.planned = first_step_ + steps_per_epoch * plan.epochs;
+  if (options_.max_steps > 0) plan.planned = std::min(plan.planned, first_step_ + options_.max_steps);
+  plan.samples_at_start = samples_;
+  plan.skipped_at_start = precision_->skipped_steps();
+  plan.recoveries_at_start = split_.recoveries;
+  return plan;
+}
+
+// Set-up: records, the schedule (sessions: built once), replicas equal (rank 0's weights) with their gradient
+// communication attached.
+void Trainer::start_fit(const FitPlan& plan) {
+  recorder_->start_fit(plan.epochs, plan.batches_per_epoch, plan.planned, step_, parameter_names(*model_, params_));
+  keeper_->start_fit();
+  if (!options_.sessions) schedule_ = build_schedule(plan.planned);
+  if (!pending_schedule_state_.empty()) {
+    schedule_->load_state_dict(pending_schedule_state_);
+    pending_schedule_state_.clear();
+  }
+  options_.strategy->setup(*model_, params_);
+}
+
+// One optimizer step: forward and backward over its micro-batches, then the update, skipped on the device on
+// non-finite gradients (the host learns of it at the next record); nothing here waits for the device.
+void Trainer::run_step(StepRunner& runner, data::BatchSource& train, std::int64_t batches) {
+  dist::Strategy& strategy = *options_.strategy;
+  recorder_->begin_step(step_);
+  strategy.sync_buffers(*model_);  // rank 0's running statistics on every rank (nothing with one process)
+  optimizer_->set_lr(schedule_->lr(step_));
+  mid_step_ = true;
+  StepBatches loaded(train, batches, step_ + 1, recorder_->clock());
+  const StepResult ran = runner.run(loaded);
+  ++step_;
+  if (ema_ && !ran.ema_updated) ema_->update(step_, ran.gradients.skipped);
+  mid_step_ = false;
+  if (options_.detect_anomaly) {
+    const auto whole = strategy.whole_parameters();
+    check_parameters(*model_, step_, optimizer_->lr());
+  }
+  samples_ += ran.samples * strategy.world_size();  // every rank takes an equal share (the sampler pads to it)
+  batches_in_epoch_ += batches;
+  recorder_->end_step(ran, step_, strategy.world_size());
+}
+
+// After a step: records, evaluation, checkpoints, stopping. True when the fit is done.
+bool Trainer::after_step(data::BatchSource& train, data::BatchSource* val, const FitPlan& plan, FitResult& result) {
+  if (step_ % options_.log_every_n_steps == 0 && train.remaining_in_epoch() > 0) record(plan.batches_per_epoch);
+  if (val && options_.eval_every_n_steps > 0 && step_ % options_.eval_every_n_steps == 0) run_eval(*val, result);
+  bool done = step_ >= plan.planned;
+  const CheckpointKeeper::Decision decision = keeper_->after_step(step_, stop_requested(), done);
+  if (decision.stop) result.interrupted = done = true;
+  if (!decision.checkpoint.empty()) result.checkpoint = save_checkpoint(&train, decision.checkpoint, decision.wait);
+  return done;
+}
+
+// The end: a trace still recording, the last checkpoint (a sharded one from the shares the ranks hold), every weight
+// back on every rank (fsdp), the summary.
+void Trainer::finish_fit(data::BatchSource& train, const FitPlan& plan, FitResult& result) {
   recorder_->end_profile();
   // A resumed run that was complete has its last step on disk already: nothing new to write.
   if (!result.interrupted && keeper_->enabled() && options_.checkpoint.at_end && !(result.already_complete && step_ == saved_step_)) {
     result.checkpoint = save_checkpoint(&train, "end", /*wait=*/true);
   }
-  strategy.gather_parameters();
+  options_.strategy->gather_parameters();
   keeper_->finish_write();
   result.steps = step_;
   result.epochs_in_all = epoch_;
-  result.skipped_steps = precision_->skipped_steps() - skipped_at_start;
+  result.skipped_steps = precision_->skipped_steps() - plan.skipped_at_start;
   result.samples = samples_;
-  result.new_samples = samples_ - samples_at_start;
-  result.oom_recoveries = split_.recoveries - recoveries_at_start;
+  result.new_samples = samples_ - plan.samples_at_start;
+  result.oom_recoveries = split_.recoveries - plan.recoveries_at_start;
   result.micro_split = split_.parts;
-  recorder_->end_fit(result, epochs, task_->monitor(), split_.parts);
-  return result;
+  recorder_->end_fit(result, plan.epochs, task_->monitor(), split_.parts);
 }
 
 void Trainer::record(std::int64_t batches_per_epoch) {
@@ -499,192 +511,6 @@ void Trainer::load_state_dict(const StateDict& state) {
   split_.parts = contains(state, "counters.micro_split") ? get_int(state, "counters.micro_split") : 1;
   BELLOWS_CHECK_DATA(split_.parts >= 1, fmt::format("the trainer state's counters.micro_split is {}, expected >= 1", split_.parts),
                      "the checkpoint's state.bin is damaged: resume from another checkpoint");
-}
-
-std::filesystem::path Trainer::save_checkpoint(data::BatchSource* train, const std::string& reason, bool wait) {
-  dist::Strategy& strategy = *options_.strategy;
-  const bool sharded = options_.checkpoint.layout == CheckpointOptions::Layout::kSharded;
-  // What the checkpoint costs in memory: held before it and its own peak (the clock's lap banks the window's peak).
-  const obs::MemoryStats before = obs::memory_stats(options_.device);
-  recorder_->lap_between_steps();
-  const double start_s = now_s();
-  std::filesystem::path path;
-  mid_step_ = true;  // a failed write leaves nothing to save again
-  try {
-    if (sharded) {
-      // Every rank writes what it holds (share()), in parallel: nothing is gathered.
-      const ckpt::ShardWriters writers{strategy.rank(), strategy.world_size(), [&](std::int64_t x) {
-                                         std::vector<at::Tensor> one{at::full({1}, x, at::TensorOptions().dtype(at::kLong).device(options_.device))};
-                                         strategy.all_reduce_sum(one, "a sharded checkpoint's progress");
-                                         return one.front().item<std::int64_t>();
-                                       }};
-      path = keeper_->save_share(step_, reason, wait, [&](bool copy) { return share(train, copy); }, writers);
-    } else {
-      // Rank 0 writes everything: what the ranks hold in shares (optimizer state; under fsdp weights and EMA) is gathered
-      // to it first (collectives every rank enters at the same step).
-      const auto whole = strategy.whole_parameters();
-      const StateDict optimizer_state = strategy.gather_state(optimizer_->state_dict());
-      std::optional<StateDict> ema_state;
-      if (ema_share_) ema_state = strategy.gather_state(ema_->state_dict());
-      path = keeper_->save(step_, reason, wait, [&] { return snapshot(train, &optimizer_state, ema_state ? &*ema_state : nullptr); });
-    }
-  } catch (...) {
-    const ExceptionReport r = report_current_exception();
-    if (!r.out_of_memory) throw;
-    // Which checkpoint, and what the other layout would cost (still an out-of-memory error: fit() adds what was held).
-    BELLOWS_FAIL(ErrorKind::kResource,
-                 fmt::format("{} (writing the {} checkpoint of optimizer step {}{})", r.message, sharded ? "sharded" : "whole", step_,
-                             sharded ? "" : ": its rank gathers every rank's share and copies it"),
-                 sharded ? r.hint
-                         : "checkpoint.layout: sharded has every rank write its own share, with no gather (docs/distributed.md); or "
-                           "raise the memory limit");
-  }
-  mid_step_ = false;
-  saved_step_ = step_;
-  const std::int64_t peak = obs::memory_stats(options_.device).peak_bytes;
-  recorder_->lap_between_steps();
-  record_checkpoint({step_, path.string(), reason, sharded ? "sharded" : "whole", now_s() - start_s, {}}, before, peak);
-  return path;
-}
-
-void Trainer::record_checkpoint(obs::CheckpointRecord record, const obs::MemoryStats& before, std::int64_t peak) {
-  dist::Strategy& strategy = *options_.strategy;
-  // --- the record: every rank's three numbers (one collective) ---
-  if (before.tracked) {
-    const int world = strategy.world_size(), rank = strategy.rank();
-    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(options_.device);
-    std::vector<at::Tensor> parts;
-    for (int r = 0; r < world; ++r) {
-      const bool mine = r == rank;
-      for (const std::int64_t bytes : {before.current_bytes, peak, recorder_->training_peak()}) {
-        parts.push_back(at::scalar_tensor(mine ? static_cast<double>(bytes) : 0.0, f64));
-      }
-    }
-    const std::vector<double> all = sums_over_ranks(strategy, parts);
-    for (int r = 0; r < world; ++r) {
-      const std::string suffix = r == 0 ? "" : fmt::format("_rank{}", r);
-      const std::size_t at = static_cast<std::size_t>(3 * r);
-      record.values.emplace_back("mem_held_mb" + suffix, all[at] / 1e6);
-      record.values.emplace_back("mem_peak_mb" + suffix, all[at + 1] / 1e6);
-      if (all[at + 2] >= 0) record.values.emplace_back("train_peak_mb" + suffix, all[at + 2] / 1e6);
-    }
-  }
-  recorder_->checkpoint(record);
-}
-
-void Trainer::finish_checkpoint_write() { keeper_->finish_write(); }
-
-ckpt::Checkpoint Trainer::snapshot(data::BatchSource* train, const StateDict* optimizer_state, const StateDict* ema_state) const {
-  ckpt::Checkpoint c;
-  c.step = step_;
-  c.epoch = epoch_;
-  // to_host copies: the background writer reads them while training goes on.
-  c.model = to_host(model_tensors(*model_));
-  StateDict state = state_dict();
-  // The whole sharded optimizer state (zero1, zero2, fsdp) and average (fsdp) in place of this rank's share.
-  for (const auto& [prefix, whole] : {std::pair{"optim", optimizer_state}, std::pair{"ema", ema_state}}) {
-    if (whole == nullptr) continue;
-    const std::string dotted = std::string(prefix) + ".";
-    std::erase_if(state, [&](const auto& kv) { return kv.first.rfind(dotted, 0) == 0; });
-    merge_prefixed(state, prefix, *whole);
-  }
-  // Sessions never resume a data position (each starts at its data's beginning): none is stored.
-  if (train != nullptr && !options_.sessions) merge_prefixed(state, "data", train->state_dict());
-  merge_prefixed(state, "rng", rng_state());
-  c.state = to_host(state);
-  c.info = checkpoint_info();
-  return c;
-}
-
-nlohmann::json Trainer::checkpoint_info() const {
-  nlohmann::json info = options_.checkpoint_info;
-  info["precision"] = options_.precision;
-  if (const std::optional<double> loss = recorder_->last_loss()) info["train_loss"] = *loss;  // the summary of a resumed finished run
-  if (options_.sessions) info["online"] = true;
-  return info;
-}
-
-ckpt::Checkpoint Trainer::share(data::BatchSource* train, bool copy) const {
-  const int rank = options_.strategy->rank();
-  // Who writes what: each trainable parameter's owner (dist::Strategy::owners) its weight, its optimizer entries and its
-  // average; rank 0 the buffers, the frozen weights and the scalars; every rank its own RNG states and data position.
-  std::unordered_map<const c10::TensorImpl*, int> owner;
-  for (std::size_t i = 0; i < params_.size(); ++i) owner.emplace(params_[i].unsafeGetTensorImpl(), owners_[i]);
-  std::unordered_map<std::string, int> writer;  // by the model's tensor names
-  for (const auto& [name, t] : bellows::named_state(*model_)) {
-    const auto it = owner.find(t.unsafeGetTensorImpl());
-    writer.emplace(name, it == owner.end() ? 0 : it->second);
-  }
-  const auto writer_of_entry = [&](const std::string& key) {
-    // "optim.exp_avg.<name>", "ema.weights.<name>": the parameter's; the rest ("optim.lr", "counters.step", ...) rank 0's.
-    for (const std::string prefix : {"optim.", "ema."}) {
-      if (key.rfind(prefix, 0) != 0) continue;
-      const auto dot = key.find('.', prefix.size());
-      const auto it = dot == std::string::npos ? writer.end() : writer.find(key.substr(dot + 1));
-      if (it != writer.end()) return it->second;
-    }
-    return 0;
-  };
-  ckpt::Checkpoint c;
-  c.step = step_;
-  c.epoch = epoch_;
-  for (const auto& [name, t] : model_tensors(*model_)) {
-    if (writer.at(name) == rank) c.model.emplace(name, t);
-  }
-  StateDict state;
-  for (auto& [key, t] : state_dict()) {
-    if (writer_of_entry(key) == rank) state.emplace(key, t);
-  }
-  const std::string own = fmt::format("rank.{}.", rank);
-  if (train != nullptr && !options_.sessions) merge_prefixed(state, own + "data", train->state_dict());
-  merge_prefixed(state, own + "rng", rng_state());
-  // A write in the background reads host copies while training goes on; a waited-for one reads the tensors themselves.
-  c.model = to_host(c.model, copy);
-  c.state = to_host(state, copy);
-  c.info = checkpoint_info();
-  return c;
-}
-
-std::vector<std::string> Trainer::restore(const ckpt::Checkpoint& c, data::BatchSource* train, bool strict) {
-  const auto whole = options_.strategy->whole_parameters();
-  std::vector<std::string> differences = load_model_tensors(*model_, c.model, strict);
-  if (!differences.empty()) {
-    // A partial load (strict: false, e.g. a wider head): the optimizer state and data position belong to
-    // another model, so training starts fresh from the loaded weights.
-    message(fmt::format("loaded the matching weights of the checkpoint; {} tensors differ: {}; optimizer, schedule and data "
-                        "position start fresh", differences.size(), fmt::join(differences, "; ")));
-    return differences;
-  }
-  StateDict state = own_state(c.state, options_.strategy->rank());
-  const std::string saved_precision = c.info.value("precision", options_.precision);
-  if (saved_precision != options_.precision) {
-    // Another precision policy: its loss-scaler state does not apply; this run's policy starts fresh.
-    message(fmt::format("warning: the checkpoint was written under precision {}, this run uses {}; the {} policy starts "
-                        "fresh (loss scale and counters), everything else resumes", saved_precision, options_.precision, options_.precision));
-    std::erase_if(state, [](const auto& kv) { return kv.first.rfind("precision.", 0) == 0; });
-    merge_prefixed(state, "precision", precision_->state_dict());
-  }
-  load_state_dict(state);
-  const bool online = c.info.value("online", false);
-  if (online || options_.sessions) {
-    // No data position to continue: a session's data was a stream buffer's contents. Training goes on from the
-    // checkpoint's step over this run's data from its beginning, planning its epochs from there.
-    epoch_ = batches_in_epoch_ = 0;
-    first_step_ = step_;
-    if (online && !options_.sessions) {
-      message(fmt::format("the checkpoint comes from online training (sessions over a stream buffer): weights, optimizer, schedule, "
-                          "EMA and the step count ({}) continue; this run's data starts at its beginning, and train.epochs and "
-                          "train.max_steps count from step {}", step_, step_));
-    }
-  } else {
-    BELLOWS_CHECK(train != nullptr, "restore() of a run's checkpoint without its data source", "pass the training loader");
-    train->load_state_dict(sub_dict(state, "data"));
-  }
-  load_rng_state(sub_dict(state, "rng"));
-  keeper_->restore(c.info);
-  saved_step_ = step_;
-  if (c.info.contains("train_loss") && c.info["train_loss"].is_number()) recorder_->set_resumed_loss(c.info["train_loss"].get<double>());
-  return differences;
 }
 
 }  // namespace bellows::train

@@ -86,7 +86,16 @@ class Recorder {
 
  private:
   struct Window;  // sums over one logging window, on the device
+  struct MemoryReading;
   std::string first_skipped_step() const;
+  // The steps of record()'s story (recorder.cpp).
+  obs::StepRecord timing_record(const Position& at, double t) const;
+  MemoryReading read_memory();
+  void add_rank_memory(std::vector<at::Tensor>& parts, const MemoryReading& m) const;
+  void add_task_values(obs::StepRecord& r, const std::vector<double>& sum, std::size_t per_rank_at, double t) const;
+  std::string note_skipped(const Position& at);
+  void add_memory_values(obs::StepRecord& r, const MemoryReading& m, const std::vector<double>& sum, std::size_t per_rank_at) const;
+  void add_speed_values(obs::StepRecord& r);
 
   const TrainerOptions& options_;
   const precision::Precision& precision_;

@@ -1,6 +1,7 @@
 // Learning-rate schedules: linear warmup followed by cosine, linear, step or constant decay (a pure function
 // of the optimizer step), and reduce-on-plateau (driven by an evaluation metric). The trainer asks for the
-// rate before each optimizer step; skipped steps (non-finite gradients) do not advance a schedule.
+// rate before each optimizer step; skipped steps (non-finite gradients) do not advance a schedule. Each schedule is
+// an entry of train/schedule_registry.h, in its own file.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 namespace bellows::train {
 
 struct ScheduleOptions {
-  std::string type = "cosine";  // cosine | linear | step | constant | plateau
+  std::string type = "cosine";  // a registered schedule: cosine | linear | step | constant | plateau
   // Linear ramp: lr(s) = base_lr * (f + (1 - f) * s / warmup_steps) for s < warmup_steps, f the start
   // factor; lr(0) = f * base_lr and lr(warmup_steps) = base_lr (PyTorch's LinearLR and HF's convention).
   std::int64_t warmup_steps = 0;
@@ -45,6 +46,7 @@ class Schedule {
   virtual void load_state_dict(const StateDict& state) = 0;
 };
 
+// The registered schedule `options.type` (train/schedule_registry.h).
 // kConfig errors, naming the option ("schedule.total_steps") and its value, for unknown types or modes,
 // out-of-range values, and inconsistent options (e.g. total_steps <= warmup_steps for cosine).
 // Options that the chosen type does not use are not checked.

@@ -104,6 +104,13 @@ class Trainer {
 
  private:
   FitResult fit_steps(data::BatchSource& train, data::BatchSource* val);  // fit() without its out-of-memory report
+  // The steps of fit_steps' story (trainer.cpp).
+  struct FitPlan;
+  FitPlan plan_fit(data::BatchSource& train);
+  void start_fit(const FitPlan& plan);
+  void run_step(StepRunner& runner, data::BatchSource& train, std::int64_t batches);
+  bool after_step(data::BatchSource& train, data::BatchSource* val, const FitPlan& plan, FitResult& result);
+  void finish_fit(data::BatchSource& train, const FitPlan& plan, FitResult& result);
   StepParts step_parts();
   // What fit() does with an error (`error`; an out-of-memory error already worded): where the state is that of a
   // completed step not yet on disk (the error came in its records or evaluation, not inside a step or a checkpoint's

@@ -14,8 +14,11 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/bellows DESTINATION ${CMAKE_INST
 install(TARGETS bellows_c EXPORT bellowsTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(TARGET bellows_fortran)
   install(TARGETS bellows_fortran EXPORT bellowsTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(FILES ${PROJECT_BINARY_DIR}/fortran/bellows.mod ${PROJECT_SOURCE_DIR}/src/capi/fortran/bellows.f90
-    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/bellows/fortran)
+  # The module bellows and the modules it uses (bellows.f90 says in which order to compile the sources).
+  foreach(_module bellows_c_binding bellows_c_conversions bellows_c_calls bellows)
+    install(FILES ${PROJECT_BINARY_DIR}/fortran/${_module}.mod ${PROJECT_SOURCE_DIR}/src/capi/fortran/${_module}.f90
+      DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/bellows/fortran)
+  endforeach()
 endif()
 # The MPI layer in export sets of its own, which bellowsConfig.cmake loads only where the consumer finds MPI: a
 # project without MPI still finds bellows.

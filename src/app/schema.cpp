@@ -177,10 +177,7 @@ constexpr std::pair<const char*, const char*> kCommonNames[] = {
     {"ema_decay", "ema.decay"},
 };
 
-}  // namespace
-
-config::Schema run_schema(const std::string& model_name) {
-  config::Schema s;
+void add_run_identity_keys(config::Schema& s) {
   auto node = [](auto v) { return YAML::Node(v); };
   s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
   // An output path follows the rule of every path (config/paths.h): `output_dir: runs` in a file is beside the file.
@@ -190,9 +187,10 @@ config::Schema run_schema(const std::string& model_name) {
       .default_value(node("runs"))
       .file_path();
   s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
-  // The keys bound to options structs (config/binding.h): the plan's (run.h), the trainer's (trainer_setup.h)
-  add_plan_keys(s);
-  add_trainer_keys(s);
+}
+
+void add_step_execution_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
   s.add("dropout_masks", Type::kString, "dropout masks: parallel (Philox, filled in parallel on the CPU) or torch (at::dropout's draws, as PyTorch)")
       .choices({"parallel", "torch"}).default_value(node("parallel"));
   // auto by default: on CUDA the captured step is measured against eager steps and kept only where it is faster; on the
@@ -200,7 +198,11 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (on CUDA, where the run allows it: captured, timed against "
         "eager steps, the faster kept), cuda_graph (always, where allowed), or off")
       .choices({"auto", "cuda_graph", "off"}).default_value(node("auto"));
-  // dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
+}
+
+// dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
+void add_strategy_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
   std::vector<std::string> strategies = {"auto"};
   for (const auto& name : dist::strategy_names()) strategies.push_back(name);
   s.add("dist.strategy", Type::kString, "how replicas meet: auto (one process: single; several started by a launcher: ddp where each "
@@ -208,14 +210,21 @@ config::Schema run_schema(const std::string& model_name) {
   for (const auto& entry : dist::strategy_entries()) {
     if (entry.add_keys) entry.add_keys(s);
   }
+}
+
+void add_batch_and_limit_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
   s.add("train.global_batch_size", Type::kInt, "samples per optimizer step over all ranks (0: data.batch_size x accumulation x ranks); "
         "required by data.batch_size: auto, checked against them otherwise").min(0).default_value(node(0));
   s.add("cpu_tensor_limit_mb", Type::kDouble, "CPU tensor allocations past this many MB fail as out of memory (0: no limit): emulate a "
         "smaller machine, or test out-of-memory handling").min(0).default_value(node(0.0));
   s.add("gpu_memory_limit_mb", Type::kDouble, "the CUDA caching allocator's limit in MB (0: none; PyTorch's set_per_process_memory_fraction): "
         "share a GPU, emulate a smaller one, or test out-of-memory handling on a device").min(0).default_value(node(0.0));
-  add_loader_keys(s);
-  data::add_dataset_keys(s);
+}
+
+// The weights a run starts from, and what the plan may decide about memory and numerics.
+void add_weights_and_memory_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
   s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
   s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)")
       .default_value(node("")).file_path();
@@ -228,6 +237,11 @@ config::Schema run_schema(const std::string& model_name) {
         "same samples per step)").default_value(YAML::Load("[]"));
   s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
       .min(0).default_value(node(0.0));
+}
+
+// The registered sinks' switches, FLOP counting, and what online training logs where.
+void add_logging_keys(config::Schema& s) {
+  auto node = [](auto v) { return YAML::Node(v); };
   for (const auto& sink : obs::sink_entries()) {  // the switches of the registered sinks (obs/sink_registry.h)
     if (!sink.key.empty()) s.add(sink.key, Type::kBool, sink.help).default_value(node(sink.on_by_default));
   }
@@ -238,16 +252,19 @@ config::Schema run_schema(const std::string& model_name) {
   s.add("online.log", Type::kString, "online training: what the console shows: sessions (the header, one line a session and "
         "warnings) or epochs (also every step's line, each epoch and evaluation, as `bellows train`)")
       .choices({"sessions", "epochs"}).default_value(node("sessions"));
+}
+
+void add_resume_key(config::Schema& s) {
   s.add("resume", Type::kString, "auto (the newest valid checkpoint of the newest run of this name, <name> or <name>-N, if "
         "any) or a checkpoint path")
-      .default_value(node(""))
+      .default_value(YAML::Node(""))
       .file_path([](const config::Config&, const std::string& value) {
         return value == "auto" ? std::size_t{0} : value.size();  // auto names no file
       });
-  // model
-  s.add("model.name", Type::kString, "registered model").default_value(node("mlp"));
-  models::find_model(model_name).add_keys(s);
+}
 
+// The command line's flags for common keys, and other tools' names for them (kCommonNames).
+void add_run_key_names(config::Schema& s) {
   for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
            {"--batch-size", "data.batch_size"}, {"--epochs", "train.epochs"}, {"--lr", "optim.lr"},
            {"--precision", "precision"}, {"--device", "device"}, {"--accumulation-steps", "train.accumulation_steps"},
@@ -258,6 +275,28 @@ config::Schema run_schema(const std::string& model_name) {
     s.alias(flag, key);
   }
   for (const auto& [name, key] : kCommonNames) s.common_name(name, key);
+}
+
+}  // namespace
+
+config::Schema run_schema(const std::string& model_name) {
+  config::Schema s;
+  add_run_identity_keys(s);
+  // The keys bound to options structs (config/binding.h): the plan's (run.h), the trainer's (trainer_setup.h)
+  add_plan_keys(s);
+  add_trainer_keys(s);
+  add_step_execution_keys(s);
+  add_strategy_keys(s);
+  add_batch_and_limit_keys(s);
+  add_loader_keys(s);
+  data::add_dataset_keys(s);
+  add_weights_and_memory_keys(s);
+  add_logging_keys(s);
+  add_resume_key(s);
+  // model
+  s.add("model.name", Type::kString, "registered model").default_value(YAML::Node("mlp"));
+  models::find_model(model_name).add_keys(s);
+  add_run_key_names(s);
   return s;
 }
 

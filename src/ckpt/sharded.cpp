@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <exception>
 #include <fstream>
+#include <map>
 
 #include "bellows/ckpt/checksum.h"
 #include "bellows/ckpt/safetensors.h"
@@ -35,40 +37,45 @@ void agree_or_fail(const ShardWriters& w, std::exception_ptr mine, const std::st
                          "check free disk space and permissions on every node; the previous checkpoints are untouched");
 }
 
-}  // namespace
+// A filesystem error while writing the checkpoint at `final_path` (`where`: " on rank N" or ""), as a kResource error.
+std::exception_ptr shard_write_failure(const fs::path& final_path, const std::string& where, const fs::filesystem_error& e) {
+  return std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed{}: {}", final_path.string(), where, e.what()),
+                                       "check free disk space and permissions; the previous checkpoints are untouched"));
+}
 
-std::string shard_file_name(int rank, int world_size) { return fmt::format("shard-{:05}-of-{:05}.safetensors", rank, world_size); }
-
-fs::path save_sharded_checkpoint(const fs::path& dir, const Checkpoint& share, const ShardWriters& w) {
-  BELLOWS_CHECK(share.step >= 0 && w.rank >= 0 && w.rank < w.world_size,
-                fmt::format("sharded checkpoint of step {} by rank {} of {}", share.step, w.rank, w.world_size), "report this bug");
+// Rank 0's part: the checkpoint directory and the temporary directory in it. Sets `id` (rank 0's pid and count, as one
+// number); returns the failure, if any.
+std::exception_ptr make_shard_directory(const fs::path& dir, const std::string& name, const fs::path& final_path, std::int64_t& id) {
   static std::atomic<int> counter{0};
-  const std::string name = checkpoint_name(share.step);
-  const fs::path final_path = dir / name;
-  // --- rank 0 makes the temporary directory; every rank learns its name (rank 0's pid and count, as one number) ---
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create {}: {}", dir.string(), ec.message()), "check the output directory");
+    id = (static_cast<std::int64_t>(::getpid()) << 20) | (counter++ & 0xFFFFF);
+    fs::create_directory(dir / temporary_name(name, static_cast<long>(id >> 20), static_cast<int>(id & 0xFFFFF)));
+  } catch (const fs::filesystem_error& e) {
+    return shard_write_failure(final_path, "", e);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// --- rank 0 makes the temporary directory; every rank learns its name (rank 0's pid and count, as one number) ---
+fs::path agree_on_shard_directory(const fs::path& dir, const std::string& name, const fs::path& final_path, const ShardWriters& w) {
   std::exception_ptr failure;
   std::int64_t id = 0;
-  if (w.rank == 0) {
-    try {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create {}: {}", dir.string(), ec.message()), "check the output directory");
-      id = (static_cast<std::int64_t>(::getpid()) << 20) | (counter++ & 0xFFFFF);
-      fs::create_directory(dir / temporary_name(name, static_cast<long>(id >> 20), static_cast<int>(id & 0xFFFFF)));
-    } catch (const fs::filesystem_error& e) {
-      failure = std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: {}", final_path.string(), e.what()),
-                                              "check free disk space and permissions; the previous checkpoints are untouched"));
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
+  if (w.rank == 0) failure = make_shard_directory(dir, name, final_path, id);
   id = w.sum(failure ? -1 : id);
   if (failure) std::rethrow_exception(failure);
   BELLOWS_CHECK_RESOURCE(id > 0, fmt::format("writing checkpoint {} failed: rank 0 could not create its directory", final_path.string()),
                          "rank 0's error names why; the previous checkpoints are untouched");
-  const fs::path tmp = dir / temporary_name(name, static_cast<long>(id >> 20), static_cast<int>(id & 0xFFFFF));
+  return dir / temporary_name(name, static_cast<long>(id >> 20), static_cast<int>(id & 0xFFFFF));
+}
+
+// --- every rank: its shard and the shard's checksum beside it; returns the failure, if any ---
+std::exception_ptr write_own_shard(const fs::path& tmp, const fs::path& final_path, const Checkpoint& share, const ShardWriters& w) {
   const std::string file = shard_file_name(w.rank, w.world_size);
-  // --- every rank: its shard and the shard's checksum beside it ---
   try {
     std::map<std::string, at::Tensor> tensors;
     for (const auto& [n, t] : share.model) tensors.emplace(kModelSpace + n, t);
@@ -79,53 +86,83 @@ fs::path save_sharded_checkpoint(const fs::path& dir, const Checkpoint& share, c
     const nlohmann::json sidecar = {{"sha256", sha256_file(tmp / file)}, {"bytes", fs::file_size(tmp / file)}, {"step", share.step}};
     write_file_atomically(sidecar_of(tmp / file), sidecar.dump());
   } catch (const fs::filesystem_error& e) {
-    failure = std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed on rank {}: {}", final_path.string(), w.rank, e.what()),
-                                            "check free disk space and permissions; the previous checkpoints are untouched"));
+    return shard_write_failure(final_path, fmt::format(" on rank {}", w.rank), e);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// The manifest's "files" (checksums, from the sidecars, which are removed) and "tensors" (from the shards' headers).
+struct ShardListing {
+  nlohmann::json files = nlohmann::json::object();
+  nlohmann::json tensors = {{"model", nlohmann::json::object()}, {"state", nlohmann::json::object()}};
+};
+
+ShardListing list_written_shards(const fs::path& tmp, const Checkpoint& share, const ShardWriters& w) {
+  ShardListing listing;
+  for (int r = 0; r < w.world_size; ++r) {
+    const std::string f = shard_file_name(r, w.world_size);
+    std::ifstream in(sidecar_of(tmp / f));
+    const nlohmann::json side = nlohmann::json::parse(in);
+    BELLOWS_CHECK_RESOURCE(side.at("step").get<std::int64_t>() == share.step,
+                           fmt::format("{}: rank {} wrote step {}, rank 0 step {}", (tmp / f).string(), r, side.at("step").dump(), share.step),
+                           "the ranks disagree on the step: report this bug");
+    listing.files[f] = {{"sha256", side.at("sha256")}, {"bytes", side.at("bytes")}};
+    for (const TensorInfo& t : read_safetensors_header(tmp / f).tensors) {
+      const bool model = t.name.rfind(kModelSpace, 0) == 0;
+      const std::string key = t.name.substr(model ? std::string(kModelSpace).size() : std::string(kStateSpace).size());
+      listing.tensors[model ? "model" : "state"][key] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"file", f}};
+    }
+    fs::remove(sidecar_of(tmp / f));
+  }
+  return listing;
+}
+
+void write_shard_manifest_and_install(const fs::path& tmp, const fs::path& final_path, const Checkpoint& share, const ShardWriters& w) {
+  ShardListing listing = list_written_shards(tmp, share, w);
+  nlohmann::json manifest = manifest_json(kShardedFormatVersion, share, listing.files);
+  manifest["layout"] = "sharded";
+  manifest["world_size"] = w.world_size;
+  manifest["tensors"] = std::move(listing.tensors);
+  write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
+  fsync_directory(tmp);
+  install_checkpoint(tmp, final_path);
+}
+
+// --- rank 0: the manifest from the sidecars and the shards' headers, then the directory into place; returns the
+// failure, if any (the temporary directory is then removed) ---
+std::exception_ptr finish_sharded_checkpoint(const fs::path& tmp, const fs::path& final_path, const Checkpoint& share, const ShardWriters& w) {
+  std::exception_ptr failure;
+  try {
+    write_shard_manifest_and_install(tmp, final_path, share, w);
+  } catch (const fs::filesystem_error& e) {
+    failure = shard_write_failure(final_path, "", e);
+  } catch (const nlohmann::json::exception& e) {
+    failure = std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: a shard's sidecar: {}", final_path.string(), e.what()),
+                                            "a rank's file was changed while the checkpoint was written; the previous checkpoints are untouched"));
   } catch (...) {
     failure = std::current_exception();
   }
-  agree_or_fail(w, failure, "write their shard", final_path);
-  // --- rank 0: the manifest from the sidecars and the shards' headers, then the directory into place ---
-  if (w.rank == 0) {
-    try {
-      nlohmann::json files = nlohmann::json::object();
-      nlohmann::json tensors = {{"model", nlohmann::json::object()}, {"state", nlohmann::json::object()}};
-      for (int r = 0; r < w.world_size; ++r) {
-        const std::string f = shard_file_name(r, w.world_size);
-        std::ifstream in(sidecar_of(tmp / f));
-        const nlohmann::json side = nlohmann::json::parse(in);
-        BELLOWS_CHECK_RESOURCE(side.at("step").get<std::int64_t>() == share.step,
-                               fmt::format("{}: rank {} wrote step {}, rank 0 step {}", (tmp / f).string(), r, side.at("step").dump(), share.step),
-                               "the ranks disagree on the step: report this bug");
-        files[f] = {{"sha256", side.at("sha256")}, {"bytes", side.at("bytes")}};
-        for (const TensorInfo& t : read_safetensors_header(tmp / f).tensors) {
-          const bool model = t.name.rfind(kModelSpace, 0) == 0;
-          const std::string key = t.name.substr(model ? std::string(kModelSpace).size() : std::string(kStateSpace).size());
-          tensors[model ? "model" : "state"][key] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"file", f}};
-        }
-        fs::remove(sidecar_of(tmp / f));
-      }
-      nlohmann::json manifest = manifest_json(kShardedFormatVersion, share, files);
-      manifest["layout"] = "sharded";
-      manifest["world_size"] = w.world_size;
-      manifest["tensors"] = std::move(tensors);
-      write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
-      fsync_directory(tmp);
-      install_checkpoint(tmp, final_path);
-    } catch (const fs::filesystem_error& e) {
-      failure = std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: {}", final_path.string(), e.what()),
-                                              "check free disk space and permissions; the previous checkpoints are untouched"));
-    } catch (const nlohmann::json::exception& e) {
-      failure = std::make_exception_ptr(Error(ErrorKind::kResource, fmt::format("writing checkpoint {} failed: a shard's sidecar: {}", final_path.string(), e.what()),
-                                              "a rank's file was changed while the checkpoint was written; the previous checkpoints are untouched"));
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    if (failure) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
+  if (failure) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
   }
+  return failure;
+}
+
+}  // namespace
+
+std::string shard_file_name(int rank, int world_size) { return fmt::format("shard-{:05}-of-{:05}.safetensors", rank, world_size); }
+
+fs::path save_sharded_checkpoint(const fs::path& dir, const Checkpoint& share, const ShardWriters& w) {
+  BELLOWS_CHECK(share.step >= 0 && w.rank >= 0 && w.rank < w.world_size,
+                fmt::format("sharded checkpoint of step {} by rank {} of {}", share.step, w.rank, w.world_size), "report this bug");
+  const std::string name = checkpoint_name(share.step);
+  const fs::path final_path = dir / name;
+  const fs::path tmp = agree_on_shard_directory(dir, name, final_path, w);
+  agree_or_fail(w, write_own_shard(tmp, final_path, share, w), "write their shard", final_path);
+  const std::exception_ptr failure = w.rank == 0 ? finish_sharded_checkpoint(tmp, final_path, share, w) : nullptr;
   agree_or_fail(w, failure, "finish the manifest", final_path);
   return final_path;
 }

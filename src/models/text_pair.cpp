@@ -212,6 +212,72 @@ const config::Binding<TextPairOptions>& text_pair_binding() {
   });
 }
 
+void declare_text_pair_keys(config::Schema& s) {
+  using config::Type;
+  auto node = [](auto v) { return YAML::Node(v); };
+  text_pair_binding().declare(s);
+  declare_class_count(s, "the data's labels");
+  s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
+      .default_value(node(false));
+  s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
+      .default_value(node(""))
+      .file_path();
+  s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
+      .default_value(node(true));
+}
+
+std::optional<double> text_pair_forward_flops(const config::Config& c, const ModelContext& context) {
+  // At the longest pair the data allows: batches are padded to their longest pair, so most steps compute less.
+  TextPairOptions o = text_pair_binding().read(c);
+  o.num_classes = read_class_count(c).value;
+  const auto& text = context.facts.text;
+  const std::int64_t tokens = o.encoder.max_len > 0 ? o.encoder.max_len : text ? text->max_len : 128;
+  const std::int64_t num_classes = o.num_classes > 0 ? o.num_classes : text ? text->num_classes : 0;
+  if (num_classes <= 0) return std::nullopt;
+  return encoder_forward_flops(o.encoder, tokens) + linear_flops(1, o.encoder.d_model, num_classes);
+}
+
+// The model.* keys, with the vocabulary, labels and length that the config leaves at 0 taken from the data.
+TextPairOptions text_pair_options_from(const config::Config& c, const ModelContext& context) {
+  TextPairOptions o = text_pair_binding().read(c);
+  const ClassCount class_count = read_class_count(c);
+  // As configured (0: the data's).
+  const std::int64_t vocab = o.vocab_size, classes = class_count.value, max_len = o.encoder.max_len;
+  o.num_classes = classes;
+  if (const auto& text = context.facts.text) {  // tokenised text data: its vocabulary, labels and length
+    o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size, "tokenizer vocabulary size");
+    o.num_classes = from_data(c, class_count.key, classes, text->num_classes, "number of labels");
+    o.pad_id = text->pad_id;
+    o.encoder.max_len = max_len == 0 ? text->max_len : max_len;
+    BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len,
+                         fmt::format("model.max_len is {} ({}) but data.text.max_len allows {} tokens", max_len,
+                                     c.origin("model.max_len").str(), text->max_len),
+                         fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len));
+  } else {
+    BELLOWS_CHECK_CONFIG(vocab > 0 && classes > 0,
+                         fmt::format("model text_pair without text_pairs data needs model.vocab_size and {} "
+                                     "(they are {} and {})", class_count.key, vocab, classes),
+                         "use data.source: text_pairs, or set both keys");
+    o.encoder.max_len = max_len == 0 ? 128 : max_len;  // pad_id, vocab_size and the class count: the config's
+  }
+  return o;
+}
+
+BuiltModel build_text_pair(const config::Config& c, const ModelContext& context) {
+  auto module = std::make_shared<TextPairClassifierImpl>(text_pair_options_from(c, context));
+  if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
+  BuiltModel built{module, std::make_shared<TextPairTask>()};
+  if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
+  if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
+    config::check_path_exists(c, "model.encoder_weights", weights, ErrorKind::kData,
+                              "give a safetensors file (bellows ckpt export writes one)");
+    // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
+    built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",
+                             "model.encoder_weights_strict"});
+  }
+  return built;
+}
+
 ModelEntry text_pair_entry() {
   ModelEntry e;
   e.name = "text_pair";
@@ -236,66 +302,11 @@ model:
   e.demo.data =
       "synthetic token pairs (two sentences of 8 words from 32 ids; 3 classes: how the second's group of words "
       "follows the first's; 4096 samples)";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    text_pair_binding().declare(s);
-    declare_class_count(s, "the data's labels");
-    s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
-        .default_value(node(false));
-    s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
-        .default_value(node(""))
-        .file_path();
-    s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
-        .default_value(node(true));
-  };
-  e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
-    // At the longest pair the data allows: batches are padded to their longest pair, so most steps compute less.
-    TextPairOptions o = text_pair_binding().read(c);
-    o.num_classes = read_class_count(c).value;
-    const auto& text = context.facts.text;
-    const std::int64_t tokens = o.encoder.max_len > 0 ? o.encoder.max_len : text ? text->max_len : 128;
-    const std::int64_t num_classes = o.num_classes > 0 ? o.num_classes : text ? text->num_classes : 0;
-    if (num_classes <= 0) return std::nullopt;
-    return encoder_forward_flops(o.encoder, tokens) + linear_flops(1, o.encoder.d_model, num_classes);
-  };
+  e.add_keys = declare_text_pair_keys;
+  e.forward_flops = text_pair_forward_flops;
   e.forward_flops_basis = "at the longest pair (model.max_len or data.text.max_len tokens); batches are padded to their longest pair, "
                           "so shorter batches compute less";
-  e.build = [](const config::Config& c, const ModelContext& context) {
-    TextPairOptions o = text_pair_binding().read(c);
-    const ClassCount class_count = read_class_count(c);
-    // As configured (0: the data's).
-    const std::int64_t vocab = o.vocab_size, classes = class_count.value, max_len = o.encoder.max_len;
-    o.num_classes = classes;
-    if (const auto& text = context.facts.text) {  // tokenised text data: its vocabulary, labels and length
-      o.vocab_size = from_data(c, "model.vocab_size", vocab, text->vocab_size, "tokenizer vocabulary size");
-      o.num_classes = from_data(c, class_count.key, classes, text->num_classes, "number of labels");
-      o.pad_id = text->pad_id;
-      o.encoder.max_len = max_len == 0 ? text->max_len : max_len;
-      BELLOWS_CHECK_CONFIG(o.encoder.positions == "none" || o.encoder.max_len >= text->max_len,
-                           fmt::format("model.max_len is {} ({}) but data.text.max_len allows {} tokens", max_len,
-                                       c.origin("model.max_len").str(), text->max_len),
-                           fmt::format("set model.max_len: 0 (the data's), or at least {}", text->max_len));
-    } else {
-      BELLOWS_CHECK_CONFIG(vocab > 0 && classes > 0,
-                           fmt::format("model text_pair without text_pairs data needs model.vocab_size and {} "
-                                       "(they are {} and {})", class_count.key, vocab, classes),
-                           "use data.source: text_pairs, or set both keys");
-      o.encoder.max_len = max_len == 0 ? 128 : max_len;  // pad_id, vocab_size and the class count: the config's
-    }
-    auto module = std::make_shared<TextPairClassifierImpl>(o);
-    if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
-    BuiltModel built{module, std::make_shared<TextPairTask>()};
-    if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
-    if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
-      config::check_path_exists(c, "model.encoder_weights", weights, ErrorKind::kData,
-                                "give a safetensors file (bellows ckpt export writes one)");
-      // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
-      built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",
-                               "model.encoder_weights_strict"});
-    }
-    return built;
-  };
+  e.build = build_text_pair;
   return e;
 }
 

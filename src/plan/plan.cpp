@@ -122,54 +122,49 @@ void resolve_allocator(const PlanRequest& req, const hw::HardwareInfo& hw, Plan&
 #endif
 }
 
-}  // namespace
-
-Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
-  Plan plan;
-  BELLOWS_CHECK_CONFIG(req.local_world_size >= 1 && req.local_rank >= 0 && req.local_rank < req.local_world_size,
-                       fmt::format("local rank {} of {} processes on this node", req.local_rank, req.local_world_size),
-                       "check the launcher's LOCAL_RANK / LOCAL_WORLD_SIZE");
-  resolve_device(req, hw, plan);
-  if (plan.device.is_cuda() && req.local_world_size > 1 && req.device.find(':') == std::string::npos) {
-    // One GPU per process of a data-parallel job: cuda:<local rank>.
-    // A launcher that gives each rank its own CUDA_VISIBLE_DEVICES leaves one GPU in each: that one.
-    const int index = hw.cuda.gpus.size() == 1 ? 0 : req.local_rank;
-    BELLOWS_CHECK_RESOURCE(index < static_cast<int>(hw.cuda.gpus.size()),
-                           fmt::format("local rank {} of {} processes on this node, but it has {} usable GPU(s)", req.local_rank,
-                                       req.local_world_size, hw.cuda.gpus.size()),
-                           "start at most one process per GPU on each node (bellows launch -n <GPUs>)");
-    plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
-    for (auto& e : plan.entries) {
-      if (e.key == "device") {
-        e.value = plan.device.str();
-        e.reason += fmt::format("; one GPU per process: local rank {} of {}{}", req.local_rank, req.local_world_size,
-                                hw.cuda.gpus.size() == 1 ? " sees one GPU" : "");
-      }
+// One GPU per process of a data-parallel job: cuda:<local rank> where the device names no index.
+// A launcher that gives each rank its own CUDA_VISIBLE_DEVICES leaves one GPU in each: that one.
+void assign_local_gpu(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
+  if (!plan.device.is_cuda() || req.local_world_size <= 1 || req.device.find(':') != std::string::npos) return;
+  const int index = hw.cuda.gpus.size() == 1 ? 0 : req.local_rank;
+  BELLOWS_CHECK_RESOURCE(index < static_cast<int>(hw.cuda.gpus.size()),
+                         fmt::format("local rank {} of {} processes on this node, but it has {} usable GPU(s)", req.local_rank,
+                                     req.local_world_size, hw.cuda.gpus.size()),
+                         "start at most one process per GPU on each node (bellows launch -n <GPUs>)");
+  plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  for (auto& e : plan.entries) {
+    if (e.key == "device") {
+      e.value = plan.device.str();
+      e.reason += fmt::format("; one GPU per process: local rank {} of {}{}", req.local_rank, req.local_world_size,
+                              hw.cuda.gpus.size() == 1 ? " sees one GPU" : "");
     }
   }
-  resolve_precision(req, hw, plan);
+}
 
+void resolve_thread_count(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
   BELLOWS_CHECK_CONFIG(req.threads >= 0, fmt::format("threads is {}, expected >= 0 (0: auto)", req.threads), "fix threads");
   if (req.threads > 0) {
     plan.threads = static_cast<int>(req.threads);
     plan.entries.push_back({"threads", std::to_string(plan.threads), "requested"});
-  } else {
-    const auto* rec = find_rec(hw, "threads.intra_op");
-    plan.threads = rec ? std::max(1, std::stoi(rec->value)) : 1;
-    std::string reason = rec ? rec->reason : "default";
-    if (req.share_node_cores && req.local_world_size > 1) {
-      const int all = plan.threads;
-      plan.threads = std::max(1, all / req.local_world_size);
-      reason = fmt::format("{}, shared by the {} processes of this node ({} / {})", reason, req.local_world_size, all, req.local_world_size);
-    }
-    if (req.cores_per_process > 0 && req.cores_per_process < plan.threads) {
-      plan.threads = req.cores_per_process;
-      reason = fmt::format("{}; the launcher gives this process {} CPU(s)", reason, req.cores_per_process);
-    }
-    plan.entries.push_back({"threads", std::to_string(plan.threads), reason});
+    return;
   }
+  const auto* rec = find_rec(hw, "threads.intra_op");
+  plan.threads = rec ? std::max(1, std::stoi(rec->value)) : 1;
+  std::string reason = rec ? rec->reason : "default";
+  if (req.share_node_cores && req.local_world_size > 1) {
+    const int all = plan.threads;
+    plan.threads = std::max(1, all / req.local_world_size);
+    reason = fmt::format("{}, shared by the {} processes of this node ({} / {})", reason, req.local_world_size, all, req.local_world_size);
+  }
+  if (req.cores_per_process > 0 && req.cores_per_process < plan.threads) {
+    plan.threads = req.cores_per_process;
+    reason = fmt::format("{}; the launcher gives this process {} CPU(s)", reason, req.cores_per_process);
+  }
+  plan.entries.push_back({"threads", std::to_string(plan.threads), reason});
+}
 
-  plan.deterministic = req.deterministic;
+// After plan.deterministic: benchmark mode is off by default for deterministic runs.
+void resolve_cudnn_benchmark(const PlanRequest& req, Plan& plan) {
   const bool cuda = plan.device.is_cuda();
   plan.cudnn_benchmark = parse_tristate("cudnn_benchmark", req.cudnn_benchmark, cuda && !req.deterministic);
   BELLOWS_CHECK_CONFIG(!(plan.cudnn_benchmark && plan.deterministic), "cudnn_benchmark: true conflicts with deterministic: true",
@@ -179,8 +174,11 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
                           : !cuda                      ? "cuDNN is not used on the CPU"
                           : req.deterministic          ? "off for deterministic runs"
                                                        : "fixed shapes: cuDNN times its algorithms once and keeps the fastest"});
+}
+
+void resolve_determinism(Plan& plan) {
   std::string deterministic_reason = "deterministic algorithms, cuDNN deterministic, seeded RNGs";
-  if (plan.deterministic && cuda) {
+  if (plan.deterministic && plan.device.is_cuda()) {
     // cuBLAS reproduces its results only with one of these workspace configurations; ATen checks it at every
     // matrix product of a deterministic run. One the user set is kept when it is one of them.
     const char* set = std::getenv("CUBLAS_WORKSPACE_CONFIG");
@@ -193,25 +191,50 @@ Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
   }
   plan.entries.push_back({"deterministic", plan.deterministic ? "true" : "false",
                           plan.deterministic ? deterministic_reason : "requested: fastest algorithms allowed"});
+}
+
+void resolve_layout_and_pinning(const PlanRequest& req, Plan& plan) {
   plan.channels_last = req.channels_last;
   plan.entries.push_back({"channels_last", plan.channels_last ? "true" : "false", plan.channels_last ? "requested: NHWC for 4-D tensors" : "default"});
+  const bool cuda = plan.device.is_cuda();
   plan.pin_memory = parse_tristate("pin_memory", req.pin_memory, cuda);
   plan.entries.push_back({"pin_memory", plan.pin_memory ? "true" : "false",
                           req.pin_memory != "auto" ? "requested"
                           : cuda                   ? "pinned buffers allow asynchronous host-to-device copies"
                                                    : "no device copy on the CPU"});
+}
+
+void resolve_worker_count(const PlanRequest& req, const hw::HardwareInfo& hw, Plan& plan) {
   BELLOWS_CHECK_CONFIG(req.workers >= -1, fmt::format("data.workers is {}, expected >= 0 (or -1: auto)", req.workers),
                        "set data.workers to 0 (load in the training thread), a thread count, or -1 (auto)");
   if (req.workers >= 0) {
     plan.workers = static_cast<int>(req.workers);
     plan.entries.push_back({"workers", std::to_string(plan.workers),
                             plan.workers == 0 ? "requested: batches load in the training thread" : "requested"});
-  } else {
-    const auto* rec = find_rec(hw, "data.workers");
-    plan.workers = rec ? std::max(0, std::stoi(rec->value)) : 1;
-    plan.workers_planned = true;
-    plan.entries.push_back({"workers", std::to_string(plan.workers), rec ? rec->reason : "default"});
+    return;
   }
+  const auto* rec = find_rec(hw, "data.workers");
+  plan.workers = rec ? std::max(0, std::stoi(rec->value)) : 1;
+  plan.workers_planned = true;
+  plan.entries.push_back({"workers", std::to_string(plan.workers), rec ? rec->reason : "default"});
+}
+
+}  // namespace
+
+Plan resolve(const PlanRequest& req, const hw::HardwareInfo& hw) {
+  Plan plan;
+  BELLOWS_CHECK_CONFIG(req.local_world_size >= 1 && req.local_rank >= 0 && req.local_rank < req.local_world_size,
+                       fmt::format("local rank {} of {} processes on this node", req.local_rank, req.local_world_size),
+                       "check the launcher's LOCAL_RANK / LOCAL_WORLD_SIZE");
+  resolve_device(req, hw, plan);
+  assign_local_gpu(req, hw, plan);
+  resolve_precision(req, hw, plan);
+  resolve_thread_count(req, hw, plan);
+  plan.deterministic = req.deterministic;
+  resolve_cudnn_benchmark(req, plan);
+  resolve_determinism(plan);
+  resolve_layout_and_pinning(req, plan);
+  resolve_worker_count(req, hw, plan);
   BELLOWS_CHECK_CONFIG(req.on_device == "auto" || req.on_device == "true" || req.on_device == "false",
                        fmt::format("data.on_device is '{}'", req.on_device), "use auto, true or false");
   plan.on_device = req.on_device;

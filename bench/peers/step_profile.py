@@ -75,13 +75,8 @@ def union_ms(intervals):
     return busy / 1000.0
 
 
-def reduce_trace(events, first_in_trace, first, last, system, source):
-    """Per step first..last: see the file's header. first_in_trace: the number of the trace's first optimizer."""
-    opt_ends = sorted(float(e["ts"]) + float(e.get("dur", 0)) for e in events if is_optimizer(e))
-    host = [e for e in events if e.get("cat") in HOST_CATS]
-    if not host:
-        raise SystemExit(f"step_profile: {source}: no CPU events")
-    trace_start = min(float(e["ts"]) for e in host)
+def step_bounds(opt_ends, trace_start, first_in_trace, first, last, source):
+    """(step, start, end] per step first..last, and the steps without their previous optimizer in the trace."""
     need = last - first_in_trace + 1
     if len(opt_ends) < need:
         raise SystemExit(f"step_profile: {source}: {len(opt_ends)} optimizer steps in the trace (from step {first_in_trace}), "
@@ -95,18 +90,29 @@ def reduce_trace(events, first_in_trace, first, last, system, source):
         if i == 0:
             partial.add(k)
         bounds.append((k, start, opt_ends[i]))
+    return bounds, partial
 
+
+def step_finder(bounds):
+    """The step a timestamp falls in, or None."""
     def step_of(ts):
         for k, s, e in bounds:
             if s < ts <= e:
                 return k
         return None
+    return step_of
 
-    rows = {k: {"step": k, "partial": k in partial, "host_ms": (e - s) / 1000.0, "aten_ops": 0, "cpu_ops": 0, "kernels": 0,
-                "launches": 0, "memcpy": {m: {"count": 0, "bytes": 0} for m in MEMCPY_KINDS}, "memsets": 0,
-                "syncs": {"stream": 0, "event": 0, "device": 0}, "implicit_syncs": 0, "sync_wait_ms": 0.0,
-                "scalar_reads": 0, "gpu_busy_ms": 0.0, "gpu_idle_ms": 0.0, "gpu_span_ms": 0.0, "threads": set()}
-            for k, s, e in bounds}
+
+def empty_row(k, partial, s, e):
+    return {"step": k, "partial": k in partial, "host_ms": (e - s) / 1000.0, "aten_ops": 0, "cpu_ops": 0, "kernels": 0,
+            "launches": 0, "memcpy": {m: {"count": 0, "bytes": 0} for m in MEMCPY_KINDS}, "memsets": 0,
+            "syncs": {"stream": 0, "event": 0, "device": 0}, "implicit_syncs": 0, "sync_wait_ms": 0.0,
+            "scalar_reads": 0, "gpu_busy_ms": 0.0, "gpu_idle_ms": 0.0, "gpu_span_ms": 0.0, "threads": set()}
+
+
+def count_host_events(host, rows, step_of):
+    """Operators, launches and synchronisations per step; returns the step of each runtime call's correlation id
+    and the runtime calls per thread."""
     by_correlation, runtime_by_thread = {}, {}
     for e in host:
         ts = float(e["ts"])
@@ -133,7 +139,12 @@ def reduce_trace(events, first_in_trace, first, last, system, source):
             if name in EXPLICIT_SYNCS:
                 r["syncs"][EXPLICIT_SYNCS[name]] += 1
                 r["sync_wait_ms"] += float(e.get("dur", 0)) / 1000.0
-    device = [e for e in events if e.get("cat") in DEVICE_CATS]
+    return by_correlation, runtime_by_thread
+
+
+def count_device_events(device, rows, step_of, by_correlation):
+    """Kernels, copies and memsets per step; returns the correlation ids of device-to-host copies into pageable
+    memory and each step's device intervals."""
     pageable_d2h = set()
     intervals = {k: [] for k in rows}
     for e in device:
@@ -155,7 +166,11 @@ def reduce_trace(events, first_in_trace, first, last, system, source):
         else:
             r["memsets"] += 1
         intervals[k].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
-    # Implicit synchronisations: the host waits in the call itself, with no synchronisation call after it.
+    return pageable_d2h, intervals
+
+
+def count_implicit_syncs(runtime_by_thread, rows, step_of, pageable_d2h):
+    """The host waits in the call itself, with no synchronisation call after it."""
     for calls in runtime_by_thread.values():
         calls.sort(key=lambda e: float(e["ts"]))
         for i, e in enumerate(calls):
@@ -169,6 +184,34 @@ def reduce_trace(events, first_in_trace, first, last, system, source):
             k = step_of(float(e["ts"]))
             if k is not None and following not in EXPLICIT_SYNCS:
                 rows[k]["implicit_syncs"] += 1
+
+
+def mean_row(full):
+    """The mean of the steps' rows."""
+    mean = {}
+    for key in ("host_ms", "aten_ops", "cpu_ops", "kernels", "launches", "memsets", "implicit_syncs", "sync_wait_ms",
+                "scalar_reads", "gpu_busy_ms", "gpu_idle_ms", "gpu_span_ms", "threads"):
+        mean[key] = sum(r[key] for r in full) / len(full)
+    mean["syncs"] = {s: sum(r["syncs"][s] for r in full) / len(full) for s in ("stream", "event", "device")}
+    mean["memcpy"] = {m: {"count": sum(r["memcpy"][m]["count"] for r in full) / len(full),
+                          "bytes": sum(r["memcpy"][m]["bytes"] for r in full) / len(full)} for m in MEMCPY_KINDS}
+    return mean
+
+
+def reduce_trace(events, first_in_trace, first, last, system, source):
+    """Per step first..last: see the file's header. first_in_trace: the number of the trace's first optimizer."""
+    opt_ends = sorted(float(e["ts"]) + float(e.get("dur", 0)) for e in events if is_optimizer(e))
+    host = [e for e in events if e.get("cat") in HOST_CATS]
+    if not host:
+        raise SystemExit(f"step_profile: {source}: no CPU events")
+    trace_start = min(float(e["ts"]) for e in host)
+    bounds, partial = step_bounds(opt_ends, trace_start, first_in_trace, first, last, source)
+    step_of = step_finder(bounds)
+    rows = {k: empty_row(k, partial, s, e) for k, s, e in bounds}
+    by_correlation, runtime_by_thread = count_host_events(host, rows, step_of)
+    device = [e for e in events if e.get("cat") in DEVICE_CATS]
+    pageable_d2h, intervals = count_device_events(device, rows, step_of, by_correlation)
+    count_implicit_syncs(runtime_by_thread, rows, step_of, pageable_d2h)
     for k, iv in intervals.items():
         if iv:
             span = (max(e for _, e in iv) - min(s for s, _ in iv)) / 1000.0
@@ -180,17 +223,10 @@ def reduce_trace(events, first_in_trace, first, last, system, source):
         r["threads"] = len(r["threads"])
         steps.append(r)
     full = [r for r in steps if not r["partial"]] or steps
-    mean = {}
-    for key in ("host_ms", "aten_ops", "cpu_ops", "kernels", "launches", "memsets", "implicit_syncs", "sync_wait_ms",
-                "scalar_reads", "gpu_busy_ms", "gpu_idle_ms", "gpu_span_ms", "threads"):
-        mean[key] = sum(r[key] for r in full) / len(full)
-    mean["syncs"] = {s: sum(r["syncs"][s] for r in full) / len(full) for s in ("stream", "event", "device")}
-    mean["memcpy"] = {m: {"count": sum(r["memcpy"][m]["count"] for r in full) / len(full),
-                          "bytes": sum(r["memcpy"][m]["bytes"] for r in full) / len(full)} for m in MEMCPY_KINDS}
     cuda = any(e.get("cat") in ("cuda_runtime", "cuda_driver") for e in host) or bool(device)
     return {"system": system, "source": os.path.abspath(source), "steps_reported": [first, last],
             "first_step_in_trace": first_in_trace, "cuda_activity": cuda, "mean_over": [r["step"] for r in full],
-            "mean": mean, "steps": steps}
+            "mean": mean_row(full), "steps": steps}
 
 
 def parse_range(text):

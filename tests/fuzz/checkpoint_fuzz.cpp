@@ -73,14 +73,8 @@ std::string fixed_manifest(std::string_view text, const Container& c) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
+  if (!fz::take(size)) return 0;
   const Container c = parse_container(fz::as_text(data, size));
   const fs::path parent = fz::scratch_dir() / "checkpoints";
   const fs::path dir = parent / ckpt::checkpoint_name(1);

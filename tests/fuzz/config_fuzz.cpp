@@ -176,8 +176,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
+  if (!fz::take(size)) return 0;
   const Input in = split(fz::as_text(data, size));
   bool printable = printable_utf8(in.yaml);
   for (const auto& o : in.overrides) printable = printable && printable_utf8(o);

@@ -42,17 +42,10 @@ void check_table(const data::CsvTable& t, const data::CsvOptions& o) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1 || size > fz::kMaxInput) return 0;
-  fz::init();
-  const std::uint8_t sel = data[0];
-  const fz::fs::path path = fz::scratch_dir() / ((sel & 1) ? "t.tsv" : "t.csv");
-  fz::write_file(path, data + 1, size - 1);
+  const std::uint8_t sel = size > 0 ? data[0] : 0;
+  const fz::fs::path path = fz::input_file(data, size, (sel & 1) ? "t.tsv" : "t.csv", 1);
+  if (path.empty()) return 0;
 
   // The defaults: every column a float feature, no targets.
   try {

@@ -1,6 +1,7 @@
 // Shared by the libFuzzer harnesses in tests/fuzz/: the per-process scratch directory, writing an input to a
-// file there, the one-time setup (one intra-op thread), the handling of a rejected input (a bellows::Error is the
-// expected answer to bad input), and the few harness-defined invariants that abort with a message when broken.
+// file there, the one-time setup (one intra-op thread), the start of every input (take, input_file), the handling
+// of a rejected input (a bellows::Error is the expected answer to bad input), and the few harness-defined
+// invariants that abort with a message when broken.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -94,6 +95,24 @@ inline void init() {
     return true;
   }();
   (void)done;
+}
+
+// The start of every LLVMFuzzerTestOneInput: false for an input to skip (over kMaxInput, or shorter than its
+// `header` of option bytes); else true, with the one-time setup done (so no harness needs LLVMFuzzerInitialize
+// for it).
+inline bool take(std::size_t size, std::size_t header = 0) {
+  if (size < header || size > kMaxInput) return false;
+  init();
+  return true;
+}
+
+// The start of a harness that reads its input from a file: take()'s check, then the bytes after the `header`
+// written to `name` in the scratch directory. The file's path, or an empty path for an input to skip.
+inline fs::path input_file(const std::uint8_t* data, std::size_t size, const std::string& name, std::size_t header = 0) {
+  if (!take(size, header)) return {};
+  const fs::path path = scratch_dir() / name;
+  write_file(path, data + header, size - header);
+  return path;
 }
 
 // The expected rejection of bad input. Returns 0 for LLVMFuzzerTestOneInput.

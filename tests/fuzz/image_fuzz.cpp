@@ -38,14 +38,8 @@ void check_image(const at::Tensor& t, int channels, const char* what) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
+  if (!fz::take(size)) return 0;
   const std::span<const std::uint8_t> bytes(data, size);
   const std::string name = "fuzz-input";
 

@@ -1,31 +1,34 @@
 #!/usr/bin/env python3
 """Regenerates the seed corpora of the libFuzzer harnesses in tests/fuzz/ (README.md there lists them).
 
-    ~/.cache/bellows/torch-2.13.0/bin/python tests/fuzz/make_corpus.py [--out tests/fuzz/corpus]
+    ~/.cache/bellows/torch-2.13.0/bin/python tests/fuzz/make_corpus.py [--out tests/fuzz/corpus] [--bellows build/bin/bellows]
 
-Needs numpy, safetensors and torch (bellows' Python environment) and, for the NetCDF seeds, the netCDF C library
-that bellows links (libnetcdf, through ctypes: no Python netCDF package). Every seed is written byte for byte the
-same on every run: no timestamps (the .npz entries carry 1980-01-01), fixed values, the JPEGs embedded as bytes.
+Needs numpy, safetensors and torch (bellows' Python environment), libnetcdf for the NetCDF seeds (through ctypes: no
+Python netCDF package) and a built bellows for the config seeds (the demo's is what `bellows config show` prints: the
+demo is written once, in app/schema.cpp). Every seed is written byte for byte the same on every run (of one bellows):
+no timestamps (the .npz entries carry 1980-01-01), fixed values, the JPEGs embedded as bytes.
 Each seed is a small valid input, or (names with "broken") a slightly damaged one that bellows must reject with a
 bellows::Error. Seeds of harnesses that take an options byte or a container (csv, npy, checkpoint) are written in
 that input format; the harness sources describe it.
 """
 import argparse
 import base64
-import ctypes
-import ctypes.util
 import hashlib
 import io
 import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import zipfile
 import zlib
 
 import numpy as np
+
+from netcdf_writer import (NC_64BIT_DATA, NC_64BIT_OFFSET, NC_BYTE, NC_DOUBLE, NC_FLOAT, NC_INT, NC_NETCDF4, NC_SHORT,
+                           NC_UBYTE, NC_UNLIMITED, NC_USHORT, NetCDF)
 
 MAX_SEED = 4096
 written = {}
@@ -46,34 +49,6 @@ def put(out, target, name, data):
 # --------------------------------------------------------------------------------------------------- config
 # YAML text, optionally a NUL byte and one override per line (config_fuzz.cpp). The harness's scratch directory
 # holds base.yaml and profiles/gpu.yaml for `experiment:`/`hardware_profile:`.
-
-DEMO = """# bellows' embedded default: an MLP learns a synthetic regression task
-# (a fixed random teacher network plus noise); a few seconds on 2 cores.
-name: demo
-seed: 0
-data:
-  source: synthetic
-  kind: regression
-  samples: 65536
-  features: 64
-  batch_size: 256
-  val_fraction: 0.1
-model:
-  name: mlp
-  in_features: 64
-  hidden: [256, 256]
-  out_features: 1
-train:
-  epochs: 3
-  log_every_n_steps: 50
-optim:
-  type: adamw
-  lr: 0.002
-  weight_decay: 0.01
-schedule:
-  type: cosine
-  warmup_steps: 50
-"""
 
 TEMPORAL_MLP = """# examples/temporal/mlp.yaml
 name: temporal-mlp
@@ -103,187 +78,22 @@ schedule:
   warmup_steps: 100
 """
 
-# `bellows config show` (bellows 0.1.0): the demo resolved, every default filled in.
-CONFIG_SHOW = """channels_last: false
-checkpoint:
-  at_end: true
-  enabled: true
-  every_n_minutes: 0
-  every_n_steps: 0
-  keep_best: true
-  keep_last: 3
-  strict: true
-checkpointing: []
-cpu_allocator: auto
-cpu_tensor_limit_mb: 0
-cudnn_benchmark: auto
-data:
-  batch_size: 256
-  classes: 10
-  csv:
-    categorical: []
-    chunk_bytes: 4194304
-    delimiter: auto
-    features: []
-    integer: []
-    missing: error
-    targets: []
-  cv:
-    fold: 0
-    folds: 0
-  drop_last: false
-  features: 64
-  images:
-    channels: 3
-    crop: []
-    hflip: false
-    index: ""
-    mean: [0.485, 0.456, 0.406]
-    random_crop: true
-    resize: []
-    std: [0.229, 0.224, 0.225]
-  kind: regression
-  netcdf:
-    horizon: 1
-    lat_dim: lat
-    level_dim: level
-    lon_dim: lon
-    normalize: true
-    stats_cache: ""
-    targets: []
-    time_dim: time
-    variables: []
-  noise: 0.05
-  npy:
-    mmap: true
-    x: x
-    y: y
-  num_samples: 0
-  pad_value: 0
-  path: ""
-  pin_memory: auto
-  prefetch: 4
-  sampler: auto
-  samples: 65536
-  shuffle: true
-  source: synthetic
-  stream:
-    capacity: 65536
-    clear: true
-    ready_samples: 0
-    when_full: drop_oldest
-  text:
-    hypothesis: hypothesis
-    label: label
-    labels: []
-    max_len: 128
-    model_type: unigram
-    premise: premise
-    tokenizer: ""
-    tokenizer_cache: ""
-    vocab_size: 8000
-  use_prefetch: true
-  val_fraction: 0.1
-  val_path: ""
-  val_split: auto
-  weights: balanced
-  window:
-    horizon: 1
-    length: 0
-    stride: 1
-    target_columns: []
-  workers: -1
-deterministic: false
-device: auto
-dist:
-  backend: auto
-  broadcast_buffers: true
-  bucket_mb: 25
-  strategy: auto
-  timeout_s: 300
-dropout_masks: parallel
-ema:
-  decay: 0.999
-  enabled: false
-  eval: false
-  every_n_steps: 1
-  start_step: 0
-init_weights: ""
-init_weights_strict: true
-log:
-  flops: true
-  tensorboard: true
-memory_budget_gib: 0
-model:
-  activation: gelu
-  dropout: 0
-  hidden: [256, 256]
-  in_features: 64
-  name: mlp
-  norm: none
-  out_features: 1
-  task: regression
-name: demo
-online:
-  console: stdout
-optim:
-  betas: [0.9, 0.999]
-  dampening: 0
-  eps: 1e-08
-  implementation: auto
-  lr: 0.002
-  momentum: 0
-  nesterov: false
-  no_decay: [bias, norm, bn, ln]
-  type: adamw
-  weight_decay: 0.01
-output_dir: runs
-precision: auto
-profile:
-  enabled: false
-  memory: false
-  record_shapes: true
-  start_step: 5
-  steps: 3
-  window: ""
-resume: ""
-scaler:
-  backoff_factor: 0.5
-  growth_factor: 2
-  growth_interval: 2000
-  init_scale: 65536
-schedule:
-  factor: 0.1
-  gamma: 0.1
-  min_lr_factor: 0
-  mode: auto
-  patience: 10
-  step_size: 1000
-  threshold: 0.0001
-  total_steps: 0
-  type: cosine
-  warmup_start_factor: 0
-  warmup_steps: 50
-seed: 0
-threads: 0
-train:
-  accumulation_steps: 1
-  clip_max_norm: 0
-  clip_value: 0
-  detect_anomaly: false
-  epochs: 3
-  eval_every_n_steps: 0
-  freeze: []
-  log_every_n_steps: 50
-  max_steps: 0
-  on_nonfinite: auto
-"""
 
 
-def config_seeds(out):
-    put(out, "config", "demo.yaml", DEMO)
+def config_show(bellows):
+    """`bellows config show` without a file: the embedded demo resolved, every default filled in. From / so that
+    output_dir, made absolute against the working directory, reads /runs on every machine."""
+    if not os.path.isfile(bellows):
+        sys.exit(f"config: no bellows executable at {bellows}: build it (scripts/dev.sh build bellows_cli) or pass --bellows")
+    shown = subprocess.run([os.path.abspath(bellows), "config", "show"], cwd="/", capture_output=True, text=True)
+    if shown.returncode != 0:
+        sys.exit(f"config: `{bellows} config show` failed (exit {shown.returncode}): {shown.stderr.strip()}")
+    return shown.stdout
+
+
+def config_seeds(out, shown):  # shown: config_show()'s text
     put(out, "config", "temporal_mlp_overrides", TEMPORAL_MLP + "\0optim.lr=3e-4\ndata.batch_size=64\n--epochs=2\n")
-    put(out, "config", "config_show.yaml", CONFIG_SHOW)
+    put(out, "config", "config_show.yaml", shown)
     put(out, "config", "compose_aliases",
         "experiment: base.yaml\nhardware_profile: profiles/gpu.yaml\noptim:\n  lr: 0.1\n"
         "\0model.hidden=[16, 16]\n--batch-size\n32\n--lr=1e-3\ndata.csv={missing: drop}\n")
@@ -365,57 +175,7 @@ def npy_seeds(out):
 
 
 # --------------------------------------------------------------------------------------------------- netcdf
-# The .nc file itself, written through the netCDF C library with ctypes.
-
-NC_NOWRITE, NC_CLOBBER, NC_64BIT_OFFSET, NC_64BIT_DATA, NC_NETCDF4 = 0, 0, 0x0200, 0x0020, 0x1000
-NC_BYTE, NC_CHAR, NC_SHORT, NC_INT, NC_FLOAT, NC_DOUBLE, NC_UBYTE, NC_USHORT = 1, 2, 3, 4, 5, 6, 7, 8
-NC_UNLIMITED = 0
-PUT_VARA = {np.dtype("f4"): "nc_put_vara_float", np.dtype("f8"): "nc_put_vara_double",
-            np.dtype("i2"): "nc_put_vara_short", np.dtype("i4"): "nc_put_vara_int",
-            np.dtype("i1"): "nc_put_vara_schar", np.dtype("u1"): "nc_put_vara_uchar",
-            np.dtype("u2"): "nc_put_vara_ushort"}
-
-
-class NetCDF:
-    def __init__(self):
-        self.lib = ctypes.CDLL(ctypes.util.find_library("netcdf") or "libnetcdf.so")
-        self.lib.nc_strerror.restype = ctypes.c_char_p
-
-    def ok(self, status, what):
-        if status != 0:
-            raise OSError(f"netCDF: {what}: {self.lib.nc_strerror(status).decode()}")
-
-    def write(self, path, cmode, dims, variables):
-        """dims: [(name, length)] (0: unlimited, length from the data); variables: [(name, nc_type, dim names,
-        numpy array in that dim order, {attribute: (nc_type, [values])})]."""
-        L = self.lib
-        ncid = ctypes.c_int()
-        self.ok(L.nc_create(path.encode(), ctypes.c_int(NC_CLOBBER | cmode), ctypes.byref(ncid)), "create")
-        dimids = {}
-        for name, length in dims:
-            d = ctypes.c_int()
-            self.ok(L.nc_def_dim(ncid, name.encode(), ctypes.c_size_t(length), ctypes.byref(d)), f"dim {name}")
-            dimids[name] = d.value
-        varids = {}
-        for name, xtype, dnames, _, atts in variables:
-            ids = (ctypes.c_int * max(1, len(dnames)))(*[dimids[n] for n in dnames])
-            v = ctypes.c_int()
-            self.ok(L.nc_def_var(ncid, name.encode(), ctypes.c_int(xtype), ctypes.c_int(len(dnames)), ids, ctypes.byref(v)),
-                    f"var {name}")
-            varids[name] = v.value
-            for att, (atype, values) in atts.items():
-                buf = (ctypes.c_double * len(values))(*values)
-                self.ok(L.nc_put_att_double(ncid, v, att.encode(), ctypes.c_int(atype), ctypes.c_size_t(len(values)), buf),
-                        f"att {name}:{att}")
-        self.ok(L.nc_enddef(ncid), "enddef")
-        for name, _, dnames, arr, _ in variables:
-            arr = np.ascontiguousarray(arr)
-            start = (ctypes.c_size_t * max(1, arr.ndim))(*([0] * arr.ndim))
-            count = (ctypes.c_size_t * max(1, arr.ndim))(*arr.shape)
-            fn = getattr(L, PUT_VARA[arr.dtype])
-            self.ok(fn(ncid, ctypes.c_int(varids[name]), start, count, arr.ctypes.data_as(ctypes.c_void_p)), f"put {name}")
-        self.ok(L.nc_close(ncid), "close")
-
+# The .nc file itself, written through the netCDF C library (netcdf_writer.py).
 
 def weather(t=3, levels=2, lat=2, lon=3, fill_hit=False):
     """The variables of a small regional-weather grid like tests/unit/data/netcdf_test.cpp's."""
@@ -764,20 +524,26 @@ def text_pairs_seeds(out):
     put(out, "text_pairs", "broken_truncated.model", bpe_model[:-7])
 
 
+MAKERS = {"config": config_seeds, "csv": csv_seeds, "npy": npy_seeds, "netcdf": netcdf_seeds, "image": image_seeds,
+          "safetensors": safetensors_seeds, "checkpoint": checkpoint_seeds, "text_pairs": text_pairs_seeds}
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(here, "corpus"), help="the corpus directory (default: %(default)s)")
     ap.add_argument("--only", nargs="*", help="targets to regenerate (default: all)")
+    ap.add_argument("--bellows", default=os.path.join(os.path.dirname(os.path.dirname(here)), "build", "bin", "bellows"),
+                    help="the bellows executable whose `config show` the config seeds take (default: %(default)s)")
     args = ap.parse_args()
-    makers = {"config": config_seeds, "csv": csv_seeds, "npy": npy_seeds, "netcdf": netcdf_seeds,
-              "image": image_seeds, "safetensors": safetensors_seeds, "checkpoint": checkpoint_seeds,
-              "text_pairs": text_pairs_seeds}
-    for target, make in makers.items():
-        if args.only and target not in args.only:
-            continue
+    wanted = [t for t in MAKERS if not args.only or t in args.only]
+    shown = config_show(args.bellows) if "config" in wanted else None  # before anything is removed
+    for target in wanted:
         shutil.rmtree(os.path.join(args.out, target), ignore_errors=True)
-        make(args.out)
+        if target == "config":
+            config_seeds(args.out, shown)
+        else:
+            MAKERS[target](args.out)
     for target, seeds in written.items():
         print(f"{target}: {len(seeds)} seeds, {sum(n for _, n in seeds)} bytes")
 

@@ -97,16 +97,9 @@ void fuzz_dataset(const fz::fs::path& path) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
-  const fz::fs::path path = fz::scratch_dir() / "grid.nc";
-  fz::write_file(path, data, size);
+  const fz::fs::path path = fz::input_file(data, size, "grid.nc");
+  if (path.empty()) return 0;
   try {
     fuzz_file(path);
   } catch (const Error& e) {

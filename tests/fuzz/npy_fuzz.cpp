@@ -81,17 +81,11 @@ void fuzz_npz(const fz::fs::path& path, bool mmap) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1 || size > fz::kMaxInput) return 0;
-  fz::init();
-  const bool npz = data[0] & 1, mmap = data[0] & 2;
-  const fz::fs::path path = fz::scratch_dir() / (npz ? "a.npz" : "a.npy");
-  fz::write_file(path, data + 1, size - 1);
+  const std::uint8_t sel = size > 0 ? data[0] : 0;
+  const bool npz = sel & 1, mmap = sel & 2;
+  const fz::fs::path path = fz::input_file(data, size, npz ? "a.npz" : "a.npy", 1);
+  if (path.empty()) return 0;
   if (npz) {
     fuzz_npz(path, mmap);
   } else {

@@ -47,16 +47,9 @@ void check_against_header(const Tensors& tensors, const ckpt::SafetensorsHeader&
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  fz::init();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
-  const fz::fs::path path = fz::scratch_dir() / "t.safetensors";
-  fz::write_file(path, data, size);
+  const fz::fs::path path = fz::input_file(data, size, "t.safetensors");
+  if (path.empty()) return 0;
 
   ckpt::SafetensorsHeader header;
   bool header_ok = false;

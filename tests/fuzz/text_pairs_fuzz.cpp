@@ -133,10 +133,8 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size > fz::kMaxInput) return 0;
-  fz::init();
-  const fz::fs::path path = fz::scratch_dir() / "pairs.tsv";
-  fz::write_file(path, data, size);
+  const fz::fs::path path = fz::input_file(data, size, "pairs.tsv");
+  if (path.empty()) return 0;
   try {
     fuzz_pairs(path);
   } catch (const Error& e) {

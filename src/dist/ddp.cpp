@@ -23,6 +23,8 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
+#include <string>
 #include <thread>
 #include <tuple>
 
@@ -269,6 +271,41 @@ struct Ddp::Impl {
 
 };
 
+namespace {
+
+// Every rank announces its config's hash and reads every other's; a difference is a config error on every rank. Rank 0
+// serves the store: before it fails, it waits (a few seconds at most) until every rank has read the hashes, so that
+// they fail with the difference too, not with a store gone away mid-read (seen under load).
+void agree_on_config(c10d::Store& store, const ProcessInfo& info, const std::string& hash, const std::string& where,
+                     const std::string& at, double timeout_s) {
+  store.set(fmt::format("bellows/config/{}", info.rank), std::vector<std::uint8_t>(hash.begin(), hash.end()));
+  std::optional<std::pair<int, std::string>> differing;  // the first rank whose hash differs, and its hash
+  for (int r = 0; r < info.world_size && !differing; ++r) {
+    std::vector<std::uint8_t> theirs;
+    try {
+      theirs = store.get(fmt::format("bellows/config/{}", r));
+    } catch (const std::exception& e) {
+      BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: rank {} did not announce its config at {}: {}", where, r, at, first_line(e)),
+                   "check that every rank was started");
+    }
+    if (std::string(theirs.begin(), theirs.end()) != hash) differing.emplace(r, std::string(theirs.begin(), theirs.end()));
+  }
+  if (!differing) return;
+  const std::int64_t read = store.add("bellows/config_read", 1);
+  if (info.rank == 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(timeout_s, 10.0));
+    for (std::int64_t n = read; n < info.world_size && std::chrono::steady_clock::now() < until; n = store.add("bellows/config_read", 0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  BELLOWS_FAIL(ErrorKind::kConfig,
+               fmt::format("rank {} was started with a different config than rank {} (config hashes {} and {})", differing->first,
+                           info.rank, differing->second, hash),
+               "start every rank with the same config file and the same key=value overrides");
+}
+
+}  // namespace
+
 Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.info = info;
@@ -305,23 +342,7 @@ Ddp::Ddp(const ProcessInfo& info, DdpOptions options) : impl_(std::make_unique<I
                  "can reach each other");
   }
   // --- ranks started with different configs would train different things: stop them all ---
-  if (!m.options.config_hash.empty()) {
-    m.store->set(fmt::format("bellows/config/{}", info.rank), std::vector<std::uint8_t>(m.options.config_hash.begin(), m.options.config_hash.end()));
-    for (int r = 0; r < info.world_size; ++r) {
-      std::vector<std::uint8_t> theirs;
-      try {
-        theirs = m.store->get(fmt::format("bellows/config/{}", r));
-      } catch (const std::exception& e) {
-        BELLOWS_FAIL(ErrorKind::kResource, fmt::format("{}: rank {} did not announce its config at {}: {}", m.where(), r, at, first_line(e)),
-                     "check that every rank was started");
-      }
-      const std::string hash(theirs.begin(), theirs.end());
-      BELLOWS_CHECK_CONFIG(hash == m.options.config_hash,
-                           fmt::format("rank {} was started with a different config than rank {} (config hashes {} and {})", r,
-                                       info.rank, hash, m.options.config_hash),
-                           "start every rank with the same config file and the same key=value overrides");
-    }
-  }
+  if (!m.options.config_hash.empty()) agree_on_config(*m.store, info, m.options.config_hash, m.where(), at, m.options.timeout_s);
   m.group = make_backend(m.options.backend, m.store, info.rank, info.world_size, to_ms(m.options.timeout_s));
   if (m.options.parameter_group) open_parameter_group();
 }

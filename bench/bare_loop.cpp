@@ -23,6 +23,10 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
@@ -30,6 +34,7 @@
 #include "bellows/app/schema.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/data/build.h"
+#include "bellows/data/dataset.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/plan/plan.h"
 #include "bellows/precision/autocast.h"
@@ -100,40 +105,40 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-int run(const Args& a) {
-  config::Config c = app::resolve_config(a.config, a.overrides);
-  const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
-  plan::apply(p);
-  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
-  models::set_dropout_masks(app::dropout_masks_setting(c));
-
-  const data::DataSplits splits = data::build_datasets(c);
+// The model as `bellows train` builds it (through the registry, init_weights loaded), on the plan's device, in training
+// mode.
+models::BuiltModel bare_model(const config::Config& c, const plan::Plan& p, const data::DataSplits& splits) {
   models::BuiltModel built = app::build_model(c, app::model_context(splits));
   if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
     app::import_weights(*built.module, models::WeightImport{init, "", true, "model", "init_weights_strict"});
   }
   built.module->to(p.device);
   built.module->train();
+  return built;
+}
 
-  // --- the batches, in order, collated before timing ---
-  const std::int64_t batch_size = app::loaded_batch_size(c);
-  const std::int64_t full_batches = splits.train->size() / batch_size;
+// The first `total` training batches in order (fewer where the data hold fewer full batches; the loop cycles
+// through them), collated onto `device` before timing.
+std::vector<data::Batch> collated_batches(const data::Dataset& train, std::int64_t batch_size, std::int64_t total,
+                                          const at::Device& device) {
+  const std::int64_t full_batches = train.size() / batch_size;
   if (full_batches < 1) throw std::runtime_error("fewer training samples than one batch");
-  const std::int64_t total = a.warmup + a.steps;
   std::vector<data::Batch> batches;
   data::FetchContext context;
   for (std::int64_t b = 0; b < std::min(total, full_batches); ++b) {
     std::vector<std::int64_t> indices(static_cast<std::size_t>(batch_size));
     for (std::int64_t i = 0; i < batch_size; ++i) indices[static_cast<std::size_t>(i)] = b * batch_size + i;
-    data::Batch batch = splits.train->get_batch(indices, context);
-    splits.train->finish_on_device(batch);
-    batches.push_back(batch.to(p.device, false));
+    data::Batch batch = train.get_batch(indices, context);
+    train.finish_on_device(batch);
+    batches.push_back(batch.to(device, false));
   }
+  return batches;
+}
 
-  // --- the optimizer: bellows' own parameter groups (no weight decay on biases and norms), updated by the
-  // fused kernel alone ---
-  const train::OptimizerOptions options = app::trainer_options(c, p).optimizer;
-  const train::Optimizer grouping(bellows::named_parameters(*built.module), options);
+// The optimizer: bellows' own parameter groups (no weight decay on biases and norms), updated by the fused kernel
+// alone.
+BareAdamW bare_adamw(const train::OptimizerOptions& options, torch::nn::Module& module) {
+  const train::Optimizer grouping(bellows::named_parameters(module), options);
   BareAdamW opt;
   opt.lr = options.lr;
   opt.beta1 = options.beta1;
@@ -149,12 +154,21 @@ int run(const Args& a) {
       g.steps.push_back(at::zeros({}, t.options().dtype(at::kFloat)));
     }
   }
+  return opt;
+}
 
-  // --- the loop ---
-  const bool bf16 = p.precision == "bf16-mixed";
+// Every step's loss (warm-up included, still on the device) and the seconds of each step after the warm-up.
+struct LoopTimes {
   std::vector<at::Tensor> losses;
   std::vector<double> step_s;
-  for (std::int64_t i = 0; i < total; ++i) {
+};
+
+// The loop: forward (under bf16 autocast for bf16-mixed), backward, the update; nothing read back.
+LoopTimes timed_loop(const Args& a, const plan::Plan& p, models::BuiltModel& built,
+                     const std::vector<data::Batch>& batches, BareAdamW& opt) {
+  const bool bf16 = p.precision == "bf16-mixed";
+  LoopTimes times;
+  for (std::int64_t i = 0; i < a.warmup + a.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const data::Batch& batch = batches[static_cast<std::size_t>(i % static_cast<std::int64_t>(batches.size()))];
     StepOutput out;
@@ -166,24 +180,46 @@ int run(const Args& a) {
     out.loss.backward();
     opt.step();
     opt.zero_grad();
-    losses.push_back(out.loss.detach());
-    if (i >= a.warmup) step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    times.losses.push_back(out.loss.detach());
+    if (i >= a.warmup) {
+      times.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
+  return times;
+}
+
+// Prints the report (and writes it to --json FILE).
+void report(const Args& a, std::int64_t batch_size, const plan::Plan& p, const LoopTimes& times) {
   double timed = 0;
-  for (double s : step_s) timed += s;
+  for (double s : times.step_s) timed += s;
 
   nlohmann::json j;
   j["samples_per_s"] = static_cast<double>(a.steps * batch_size) / timed;
-  j["step_ms"] = 1e3 * median(step_s);
+  j["step_ms"] = 1e3 * median(times.step_s);
   j["batch_size"] = batch_size;
   j["steps"] = a.steps;
   j["warmup"] = a.warmup;
   j["precision"] = p.precision;
   j["threads"] = at::get_num_threads();
   j["losses"] = nlohmann::json::array();
-  for (const auto& l : losses) j["losses"].push_back(l.item<double>());
+  for (const auto& l : times.losses) j["losses"].push_back(l.item<double>());
   std::cout << j.dump() << "\n";
   if (!a.json.empty()) std::ofstream(a.json) << j.dump(1) << "\n";
+}
+
+int run(const Args& a) {
+  config::Config c = app::resolve_config(a.config, a.overrides);
+  const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
+  plan::apply(p);
+  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
+  models::set_dropout_masks(app::dropout_masks_setting(c));
+
+  const data::DataSplits splits = data::build_datasets(c);
+  models::BuiltModel built = bare_model(c, p, splits);
+  const std::int64_t batch_size = app::loaded_batch_size(c);
+  const std::vector<data::Batch> batches = collated_batches(*splits.train, batch_size, a.warmup + a.steps, p.device);
+  BareAdamW opt = bare_adamw(app::trainer_options(c, p).optimizer, *built.module);
+  report(a, batch_size, p, timed_loop(a, p, built, batches, opt));
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -306,7 +307,14 @@ inline const std::string kCheckpoint = "{dir}/src/demo/checkpoints/step-00000000
 inline const std::string kResume =
     "train --output-dir '{dir}/runs' train.max_steps=6 model.hidden=[8]" + std::string(kDemoData) + " --resume ";
 
-// The rows, by what is wrong.
+// The rows of several themes in one list, in order.
+inline std::vector<BadInput> joined(std::initializer_list<std::vector<BadInput>> parts) {
+  std::vector<BadInput> all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+// The rows, by what is wrong (each file's rows by theme, joined).
 std::vector<BadInput> configuration_rows();  // exit 2: the key, the value, and where it was set
 std::vector<BadInput> data_rows();           // exit 3: each data format's corruptions
 std::vector<BadInput> run_rows();            // the data against the model, checkpoints, resources

@@ -2,10 +2,11 @@
 #include "bad_input.h"
 
 namespace bellows::testing::bad_input {
+namespace {
 
-std::vector<BadInput> configuration_rows() {
+// Unknown keys and hardware profiles, other tools' names for a key.
+std::vector<BadInput> config_key_rows() {
   return {
-      // --- configuration (exit 2): the key, the value, and where it was set ---
       {"ConfigUnknownKey",
        nothing,
        "train optim.lrr=0.1" + kRun,
@@ -29,6 +30,12 @@ std::vector<BadInput> configuration_rows() {
        {"command line 'optim.learning_rate=0.01': unknown key 'optim.learning_rate'; did you mean 'optim.lr'?",
         "command line 'trainer.max_epochs=3': unknown key 'trainer.max_epochs'; did you mean 'train.epochs'?",
         "command line 'num_workers=2': unknown key 'num_workers'; did you mean 'data.workers'?"}},
+  };
+}
+
+// Tuned plans (--plan) and the tools' usage.
+std::vector<BadInput> config_plan_and_usage_rows() {
+  return {
       {"ConfigTunedPlanMissing",
        nothing,
        "train --plan '{dir}/nothing.json'" + kRun,
@@ -56,6 +63,12 @@ std::vector<BadInput> configuration_rows() {
       {"UsageBenchWithoutWhat", nothing, "bench threads=1", 2, {"bellows bench needs what to measure: data, or CONFIG --matrix"}},
       {"ConfigCompileUnknown", nothing, "train compile=jit" + kRun, 2, {"'compile' must be one of [auto, cuda_graph, off], got 'jit'"}},
       {"UsageSelftestUnknownDevice", nothing, "selftest --device tpu", 2, {"--device: tpu not in {cpu,cuda,auto}"}},
+  };
+}
+
+// Keys and values: unknown, of the wrong type, out of range, not a choice, empty; an unknown flag.
+std::vector<BadInput> config_value_rows() {
+  return {
       {"ConfigUnknownKeyInFile",
        [](const fs::path& d) { write_text(d / "run.yaml", "name: x\ntrain:\n  epoch: 3\n"); },
        "train '{dir}/run.yaml'" + kRun,
@@ -95,6 +108,12 @@ std::vector<BadInput> configuration_rows() {
        {"command line 'device=': 'device' cannot be empty: it takes a string (default auto); an empty string is "
         "written 'device=\"\"'"}},
       {"ConfigUnknownFlag", nothing, "train --batch-sise 8" + kRun, 2, {"--batch-sise", "--batch-size"}},
+  };
+}
+
+// Config files: malformed, missing, unreadable.
+std::vector<BadInput> config_file_rows() {
+  return {
       {"ConfigMalformedYaml",
        [](const fs::path& d) { write_text(d / "run.yaml", "name: x\ntrain:\n  epochs: 3\n   max_steps: 2\n"); },
        "train '{dir}/run.yaml'" + kRun,
@@ -117,6 +136,12 @@ std::vector<BadInput> configuration_rows() {
        {"{dir}/run.yaml", "Permission denied"},
        true},
   };
+}
+
+}  // namespace
+
+std::vector<BadInput> configuration_rows() {
+  return joined({config_key_rows(), config_plan_and_usage_rows(), config_value_rows(), config_file_rows()});
 }
 
 }  // namespace bellows::testing::bad_input

@@ -3,12 +3,13 @@
 #include "bad_input.h"
 
 namespace bellows::testing::bad_input {
+namespace {
 
-std::vector<BadInput> data_rows() {
+// Paths (exit 3): one rule for every path key (config/paths.h): a config file's relative paths start at its
+// directory, the command line's at the working directory; a missing file is named as written, with the path
+// looked for and the rule. Issue 44: data.path went by the working directory where model.path went by the file.
+std::vector<BadInput> data_path_rows() {
   return {
-      // --- paths (exit 3): one rule for every path key (config/paths.h): a config file's relative paths start at its
-      // directory, the command line's at the working directory; a missing file is named as written, with the path
-      // looked for and the rule. Issue 44: data.path went by the working directory where model.path went by the file.
       {"DataPathRelativeToTheConfigFile",
        [](const fs::path& d) {
          write_xy(d);  // beside the working directory's idea of the config, not beside the config
@@ -34,8 +35,12 @@ std::vector<BadInput> data_rows() {
        3,
        {"command line 'data.path=nowhere/x.npy': data.path 'nowhere/x.npy' does not exist: looked for /",
         "/nowhere/x.npy (relative to the working directory, /"}},
+  };
+}
 
-      // --- CSV (exit 3): the file, the line, the column ---
+// CSV (exit 3): the file missing, a directory (also to the tools), empty or only a header.
+std::vector<BadInput> csv_file_rows() {
+  return {
       {"CsvMissingFile", nothing, kCsv, 3, {"command line 'data.path={dir}/table.csv': data.path {dir}/table.csv does not exist"}},
       {"CsvPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "table.csv"); }, kCsv, 3,
        {"{dir}/table.csv: is a directory, not a CSV file"}},
@@ -58,6 +63,12 @@ std::vector<BadInput> data_rows() {
        kCsv,
        3,
        {"{dir}/table.csv: no data rows after the header"}},
+  };
+}
+
+// CSV (exit 3): the line and the column of a ragged row, a missing column or a bad value; no permission.
+std::vector<BadInput> csv_field_rows() {
+  return {
       {"CsvRaggedRowShort",
        [](const fs::path& d) { write_text(d / "table.csv", csv_with_line(6, "0.4,0.8")); },
        kCsv,
@@ -102,8 +113,12 @@ std::vector<BadInput> data_rows() {
        3,
        {"{dir}/table.csv: cannot open: Permission denied", "check the file's permissions"},
        true},
+  };
+}
 
-      // --- NPY (exit 3): the file, the byte or the dtype ---
+// NPY (exit 3): the file missing, empty, truncated or not NPY.
+std::vector<BadInput> npy_file_rows() {
+  return {
       {"NpyMissingFile", nothing, kNpy, 3, {"data.path {dir}/x.npy does not exist"}},
       {"NpyMissingTargetsFile", [](const fs::path& d) { data::write_npy(d / "x.npy", features()); }, kNpy, 3,
        {"command line 'data.npy.y={dir}/y.npy': data.npy.y {dir}/y.npy does not exist", "give data.npy.y the targets' .npy file"}},
@@ -131,6 +146,12 @@ std::vector<BadInput> data_rows() {
        kNpy,
        3,
        {"{dir}/x.npy: not an NPY file: bad magic at byte 0"}},
+  };
+}
+
+// NPY (exit 3): the dtypes bellows does not read.
+std::vector<BadInput> npy_dtype_rows() {
+  return {
       {"NpyComplexDtype",
        [](const fs::path& d) {
          write_xy(d);
@@ -163,6 +184,12 @@ std::vector<BadInput> data_rows() {
        kNpy,
        3,
        {"{dir}/x.npy: dtype '>f4' is not supported: big-endian data"}},
+  };
+}
+
+// NPY (exit 3): values that are not finite, x and y of other lengths; no permission.
+std::vector<BadInput> npy_value_rows() {
+  return {
       // A NaN in the features: the step's gradients are not finite, and with train.on_nonfinite=auto the run stops
       // at the next record naming the step and the first parameter (the data are not scanned for NaN).
       {"NpyNaNInFeatures",
@@ -193,8 +220,12 @@ std::vector<BadInput> data_rows() {
        3,
        {"cannot open {dir}/x.npy: Permission denied"},
        true},
+  };
+}
 
-      // --- NPZ (exit 3) ---
+// NPZ (exit 3).
+std::vector<BadInput> npz_rows() {
+  return {
       {"NpzTruncated",
        [](const fs::path& d) {
          data::write_npz(d / "data.npz", {{"x", features()}, {"y", features().sum(1, true)}});
@@ -231,8 +262,12 @@ std::vector<BadInput> data_rows() {
        kNpz,
        3,
        {"{dir}/data.npz:y", "tensor 'y' has 60 samples, but 'x' has 64"}},
+  };
+}
 
-      // --- NetCDF (exit 3) ---
+// NetCDF (exit 3).
+std::vector<BadInput> netcdf_rows() {
+  return {
       {"NetcdfMissingFile", nothing, kNetcdf, 3, {"data.path {dir}/weather.nc does not exist"}},
       {"NetcdfPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "weather.nc"); }, kNetcdf, 3,
        {"{dir}/weather.nc is a directory, not a NetCDF file", "give data.path the NetCDF file"}},
@@ -268,9 +303,13 @@ std::vector<BadInput> data_rows() {
        3,
        {"{dir}/weather.nc: cannot open: Permission denied", "check the file's permissions"},
        true},
+  };
+}
 
-      // --- image folders (exit 3): the image, relative to data.path (the loader adds the full path of a batch's
-      // first image, but these fail earlier: in the batches app::make_loaders fetches to measure the fetch cost) ---
+// Image folders (exit 3): the image, relative to data.path (the loader adds the full path of a batch's first
+// image, but these fail earlier: in the batches app::make_loaders fetches to measure the fetch cost).
+std::vector<BadInput> image_folder_rows() {
+  return {
       {"ImageTruncatedPng",
        [](const fs::path& d) { write_image_folder(d / "img", "bad.png", half(test_image(false))); },
        kImages,
@@ -297,8 +336,12 @@ std::vector<BadInput> data_rows() {
        3,
        {"b/locked.png: cannot open: Permission denied"},
        true},
+  };
+}
 
-      // --- text pairs (exit 3) ---
+// Text pairs (exit 3).
+std::vector<BadInput> text_pair_rows() {
+  return {
       {"TextPairsPathIsADirectory", [](const fs::path& d) { fs::create_directories(d / "pairs.tsv"); }, kText, 3,
        {"{dir}/pairs.tsv is a directory, not a text pairs file"}},
       {"TextPairsRaggedRow",
@@ -315,6 +358,13 @@ std::vector<BadInput> data_rows() {
        3,
        {"{dir}/pairs.tsv line 1: no column 'hypothesis' (data.text.hypothesis)"}},
   };
+}
+
+}  // namespace
+
+std::vector<BadInput> data_rows() {
+  return joined({data_path_rows(), csv_file_rows(), csv_field_rows(), npy_file_rows(), npy_dtype_rows(),
+                 npy_value_rows(), npz_rows(), netcdf_rows(), image_folder_rows(), text_pair_rows()});
 }
 
 }  // namespace bellows::testing::bad_input

@@ -32,9 +32,8 @@ void with_models(const fs::path& dir) {
 const std::string kScripted = "train '{dir}/run.yaml' data.source=npy data.path='{dir}/x.npy' data.npy.y='{dir}/y.npy' data.batch_size=8 "
                               + kRun;
 
-}  // namespace
-
-std::vector<BadInput> model_rows() {
+// Files that are not a TorchScript model: a state_dict, weights alone, damaged, a directory, missing.
+std::vector<BadInput> scripted_file_rows() {
   const std::string hint = "torch.jit.script(model).save(\"model.pt\")";
   return {
       {"ScriptedIsStateDict", with_models, kScripted + " model.path='{dir}/m/state_dict.pt'", 2,
@@ -55,6 +54,13 @@ std::vector<BadInput> model_rows() {
        "train '{dir}/cfg/run.yaml' data.source=npy data.path='{dir}/x.npy' data.npy.y='{dir}/y.npy' data.batch_size=8" + kRun, 2,
        {"{dir}/cfg/run.yaml:3:3: model.path '../m/nothing.pt' does not exist: looked for {dir}/m/nothing.pt (relative to the "
         "directory of {dir}/cfg/run.yaml, {dir}/cfg)"}},
+  };
+}
+
+// forward() against model.inputs and the data, outputs and losses unlike the config's, models bellows cannot
+// train as configured.
+std::vector<BadInput> scripted_forward_rows() {
+  return {
       {"ScriptedTooManyInputs", with_models, kScripted + " model.path='{dir}/m/good.pt' model.inputs=[x,y]", 2,
        {"model.path {dir}/m/good.pt: forward(x: Tensor) -> Tensor takes 1 input(s) by position, model.inputs passes more"}},
       {"ScriptedUnknownArgument", with_models, kScripted + " model.path='{dir}/m/good.pt' model.inputs=[x,mask=y]", 2,
@@ -87,6 +93,13 @@ std::vector<BadInput> model_rows() {
        {"model.jit_optimize is true under a mixed precision: TorchScript's optimised graphs run outside autocast"}},
       {"ScriptedActivationCheckpointing", with_models, kScripted + " model.path='{dir}/m/good.pt' checkpointing=all", 2,
        {"checkpointing: a TorchScript model (model.name: torchscript) runs as one scripted program that bellows cannot split"}},
+  };
+}
+
+// Data the model does not fit: validation and predict inputs of another width, class labels under
+// regression, initial weights of other names.
+std::vector<BadInput> scripted_data_rows() {
+  return {
       // Issue 44: a validation file of another width ended the run at its first evaluation, after the training steps,
       // as "internal error: The following operation failed in the TorchScript interpreter." (exit 1); every dataset
       // the run feeds the model now takes one evaluation step before the first training step.
@@ -127,6 +140,12 @@ std::vector<BadInput> model_rows() {
       {"ScriptedInitWeightsNames", with_models, kScripted + " model.path='{dir}/m/good.pt' init_weights='{dir}/m/other_names.safetensors'", 3,
        {"{dir}/m/other_names.safetensors", "net.0.weight"}},
   };
+}
+
+}  // namespace
+
+std::vector<BadInput> model_rows() {
+  return joined({scripted_file_rows(), scripted_forward_rows(), scripted_data_rows()});
 }
 
 }  // namespace bellows::testing::bad_input

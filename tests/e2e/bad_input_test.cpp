@@ -30,11 +30,9 @@ BadInput sharded_row(const std::string& name, void (*breakage)(const fs::path&),
           absent.empty() ? std::vector<std::string>{} : std::vector<std::string>{absent}};
 }
 
-}  // namespace
-
-std::vector<BadInput> run_rows() {
+// The data against the model: features, targets and class labels the model does not take; predict's input.
+std::vector<BadInput> data_against_model_rows() {
   return {
-      // --- the data against the model ---
       {"ModelInFeaturesDiffersFromData",
        [](const fs::path& d) { write_text(d / "table.csv", csv_table(20)); },
        kCsv + " model.in_features=3",
@@ -80,8 +78,12 @@ std::vector<BadInput> run_rows() {
        {"--input {dir}/wide.npy has shape [10, 5], the model expects [rows, 4] (model.in_features"},
        false,
        {"{dir}/out.npy"}},
+  };
+}
 
-      // --- checkpoints (exit 3) ---
+// Resuming from a checkpoint of another model or format version, missing or corrupt (exit 3).
+std::vector<BadInput> resume_checkpoint_rows() {
+  return {
       // Found by this catalogue: "the checkpoint does not fit the model" did not name the checkpoint (which
       // --resume auto chooses); the error now starts "resuming from <checkpoint>".
       {"ResumeFromAnotherModel",
@@ -123,6 +125,12 @@ std::vector<BadInput> run_rows() {
        kResume + "'" + kCheckpoint + "'",
        3,
        {kCheckpoint + "/model.safetensors: the header length at byte 0 says"}},
+  };
+}
+
+// ckpt inspect of a truncated checkpoint, another format version, a malformed manifest (exit 3).
+std::vector<BadInput> ckpt_inspect_rows() {
+  return {
       {"CkptInspectTruncated",
        [](const fs::path& d) {
          const fs::path c = train_demo_checkpoint(d);
@@ -145,8 +153,12 @@ std::vector<BadInput> run_rows() {
        "ckpt inspect '" + kCheckpoint + "'",
        3,
        {kCheckpoint + "/manifest.json: malformed manifest"}},
+  };
+}
 
-      // --- sharded checkpoints (exit 3; issue 45): the checkpoint and the shard named, and why ---
+// Sharded checkpoints (exit 3; issue 45): the checkpoint and the shard named, and why.
+std::vector<BadInput> sharded_checkpoint_rows() {
+  return {
       sharded_row("ResumeFromAShardedCheckpointMissingAShard", remove_shard, kResume + "'" + kCheckpoint + "'",
                   kShard + " is missing"),
       sharded_row("ResumeFromAShardedCheckpointWithAWrongChecksum", corrupt_shard, kResume + "'" + kCheckpoint + "'",
@@ -163,8 +175,12 @@ std::vector<BadInput> run_rows() {
       sharded_row("PredictFromAShardedCheckpointWithAWrongChecksum", corrupt_shard,
                   "predict '" + kCheckpoint + "' --threads 1 --input '{dir}/x.npy' --output '{dir}/out.npy'",
                   kShard + ": checksum mismatch", "{dir}/out.npy"),
+  };
+}
 
-      // --- resources (exit 4) ---
+// Resources (exit 4).
+std::vector<BadInput> resource_rows() {
+  return {
       {"OutputDirUnwritable",
        [](const fs::path& d) {
          write_xy(d);
@@ -180,6 +196,13 @@ std::vector<BadInput> run_rows() {
   };
 }
 
+}  // namespace
+
+std::vector<BadInput> run_rows() {
+  return joined({data_against_model_rows(), resume_checkpoint_rows(), ckpt_inspect_rows(), sharded_checkpoint_rows(),
+                 resource_rows()});
+}
+
 // The row's name, not its bytes, in gtest's messages (beside BadInput, for argument-dependent lookup).
 void PrintTo(const BadInput& row, std::ostream* os) {
   *os << row.name;
@@ -188,11 +211,7 @@ void PrintTo(const BadInput& row, std::ostream* os) {
 namespace {
 
 const std::vector<BadInput>& rows() {
-  static const std::vector<BadInput> table = [] {
-    std::vector<BadInput> all = configuration_rows();
-    for (auto part : {data_rows(), run_rows(), model_rows()}) all.insert(all.end(), part.begin(), part.end());
-    return all;
-  }();
+  static const std::vector<BadInput> table = joined({configuration_rows(), data_rows(), run_rows(), model_rows()});
   return table;
 }
 

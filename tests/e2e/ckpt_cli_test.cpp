@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -188,20 +189,10 @@ print(json.dumps({"metadata": metadata, "tensors": {name: {"dtype": str(t.dtype)
     "sha256": hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()} for name, t in tensors.items()}}))
 )";
 
-TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOfTheSameWeights) {
-  const fs::path dir = scratch_dir("ckpt_sharded_two");
-  const int port = 20000 + static_cast<int>((getpid() + 97) % 20000);
-  for (const std::string strategy : {"zero2", "ddp"}) {
-    const CliResult r = ckpt_train_two_ranks(dir, strategy, port);
-    ASSERT_EQ(r.code, 0) << strategy << "\n" << r.out << r.err;
-  }
-  const fs::path sharded = dir / "zero2" / "checkpoints" / "step-000000006",
-                 whole = dir / "ddp" / "checkpoints" / "step-000000006";
-  ASSERT_EQ(ckpt::read_manifest(sharded).layout, "sharded");
-  ASSERT_EQ(ckpt::read_manifest(whole).layout, "whole");
-
-  // inspect: the layout, the world size, and each tensor's shard and rank (the owners of the weights on both ranks;
-  // each rank's own RNG state in its own shard).
+// inspect of the two ranks' sharded checkpoint: the layout, the world size, and each tensor's shard and rank (the
+// owners of the weights on both ranks; each rank's own RNG state in its own shard); the tensors' digests and the
+// counters are those of ddp's whole checkpoint.
+void expect_two_ranks_inspected(const fs::path& dir, const fs::path& sharded, const fs::path& whole) {
   const CliResult r = run_cli("ckpt inspect '" + (dir / "zero2").string() + "' --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -229,34 +220,31 @@ TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOf
   const CliResult text = run_cli("ckpt inspect '" + sharded.string() + "'");
   EXPECT_THAT(text.out, HasSubstr("layout sharded: 2 rank(s) wrote it, a shard each"));
   EXPECT_THAT(text.out, HasSubstr("  in shard-00001-of-00002.safetensors (rank 1)\n"));
+}
 
-  // export: the same file from the shards as from ddp's whole checkpoint, raw and EMA.
-  expect_same_exports(sharded, whole, dir, 4);
-  const auto exported = ckpt::read_safetensors(dir / "sharded.safetensors");  // EMA
-  ASSERT_EQ(exported.size(), 4u);
-  EXPECT_TRUE(
-      exported.at("layers.0.weight").equal(ckpt::load_checkpoint(whole).state.at("ema.weights.layers.0.weight")));
-
-  // Python's safetensors reads the export: the same names, shapes and bytes.
+// Python's safetensors reads the export (<dir>/sharded.safetensors, EMA): the same names, shapes and bytes. Where
+// BELLOWS_PYTHON is set.
+void expect_python_reads_the_export(const fs::path& dir, const std::map<std::string, at::Tensor>& exported) {
   const char* python = std::getenv("BELLOWS_PYTHON");
-  if (python != nullptr && *python != '\0') {
-    std::ofstream(dir / "describe.py") << kDescribeInPython;
-    const std::string command = fmt::format("'{}' '{}' '{}' > '{}'", python, (dir / "describe.py").string(),
-                                            (dir / "sharded.safetensors").string(), (dir / "described.json").string());
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    const auto d = nlohmann::json::parse(slurp(dir / "described.json"));
-    EXPECT_EQ(d["metadata"], (nlohmann::json{{"format", "pt"}, {"bellows_step", "6"}, {"weights", "ema"}}));
-    ASSERT_EQ(d["tensors"].size(), exported.size());
-    for (const auto& [name, t] : exported) {
-      const auto& p = d["tensors"][name];
-      EXPECT_EQ(p["dtype"], "torch.float32") << name;
-      EXPECT_EQ(p["shape"].get<std::vector<std::int64_t>>(), t.sizes().vec()) << name;
-      EXPECT_EQ(p["sha256"], ckpt::sha256_hex(std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes())))
-          << name;
-    }
+  if (python == nullptr || *python == '\0') return;
+  std::ofstream(dir / "describe.py") << kDescribeInPython;
+  const std::string command = fmt::format("'{}' '{}' '{}' > '{}'", python, (dir / "describe.py").string(),
+                                          (dir / "sharded.safetensors").string(), (dir / "described.json").string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const auto d = nlohmann::json::parse(slurp(dir / "described.json"));
+  EXPECT_EQ(d["metadata"], (nlohmann::json{{"format", "pt"}, {"bellows_step", "6"}, {"weights", "ema"}}));
+  ASSERT_EQ(d["tensors"].size(), exported.size());
+  for (const auto& [name, t] : exported) {
+    const auto& p = d["tensors"][name];
+    EXPECT_EQ(p["dtype"], "torch.float32") << name;
+    EXPECT_EQ(p["shape"].get<std::vector<std::int64_t>>(), t.sizes().vec()) << name;
+    EXPECT_EQ(p["sha256"], ckpt::sha256_hex(std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes())))
+        << name;
   }
+}
 
-  // predict from the sharded checkpoint: ddp's predictions, bitwise (EMA by default, and raw).
+// predict from the sharded checkpoint (run zero2 in `dir`): ddp's predictions, bitwise (EMA by default, and raw).
+void expect_two_ranks_predict_as_ddp(const fs::path& dir) {
   data::write_npy(dir / "x.npy", at::sin(at::arange(40, at::kFloat)).reshape({10, 4}));
   for (const std::string weights : {"", " --raw"}) {
     for (const std::string run : {"zero2", "ddp"}) {
@@ -270,6 +258,29 @@ TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOf
     EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{10, 1}));
     EXPECT_TRUE(y.equal(data::read_npy(dir / "ddp.npy"))) << weights;
   }
+}
+
+TEST(CkptCli, TwoRanksShardedCheckpointInspectsExportsAndPredictsAsTheWholeOneOfTheSameWeights) {
+  const fs::path dir = scratch_dir("ckpt_sharded_two");
+  const int port = 20000 + static_cast<int>((getpid() + 97) % 20000);
+  for (const std::string strategy : {"zero2", "ddp"}) {
+    const CliResult r = ckpt_train_two_ranks(dir, strategy, port);
+    ASSERT_EQ(r.code, 0) << strategy << "\n" << r.out << r.err;
+  }
+  const fs::path sharded = dir / "zero2" / "checkpoints" / "step-000000006",
+                 whole = dir / "ddp" / "checkpoints" / "step-000000006";
+  ASSERT_EQ(ckpt::read_manifest(sharded).layout, "sharded");
+  ASSERT_EQ(ckpt::read_manifest(whole).layout, "whole");
+  ASSERT_NO_FATAL_FAILURE(expect_two_ranks_inspected(dir, sharded, whole));
+
+  // export: the same file from the shards as from ddp's whole checkpoint, raw and EMA.
+  expect_same_exports(sharded, whole, dir, 4);
+  const auto exported = ckpt::read_safetensors(dir / "sharded.safetensors");  // EMA
+  ASSERT_EQ(exported.size(), 4u);
+  EXPECT_TRUE(
+      exported.at("layers.0.weight").equal(ckpt::load_checkpoint(whole).state.at("ema.weights.layers.0.weight")));
+  ASSERT_NO_FATAL_FAILURE(expect_python_reads_the_export(dir, exported));
+  expect_two_ranks_predict_as_ddp(dir);
 }
 
 // --- resume=auto past a broken sharded checkpoint ---

@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <numbers>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bellows/util/check.h"
@@ -24,6 +27,7 @@ namespace bellows::example_data {
 namespace {
 
 constexpr double kPi = std::numbers::pi;
+constexpr double kLatNorth = 56, kLatSouth = 40, kLonWest = 0, kLonEast = 16;  // the region
 
 void nc_ok(int status, const std::string& what, const std::filesystem::path& path) {
   BELLOWS_CHECK_RESOURCE(status == NC_NOERR, fmt::format("writing {}: {}: {}", path.string(), what, nc_strerror(status)),
@@ -74,99 +78,153 @@ class Grid {
   std::vector<double> v_;
 };
 
-}  // namespace
+// The land fraction at (X, Y): a smooth continent, where t2m is warmer and tcwv gets no evaporation.
+double land(double x, double y) {
+  return 0.5 + 0.5 * std::tanh(6 * (std::sin(kPi * x) * std::cos(1.5 * kPi * (y - 0.3)) - 0.2));
+}
 
-std::string generate_weather_gnn(const GenOptions& options) {
-  const int n = options.quick ? 16 : 64;          // grid points along lat and lon
-  const int hours = options.quick ? 64 : 240;     // time steps written (hourly)
-  const int spin_up = 24;                         // steps run before the first one written
-  const double lat_north = 56, lat_south = 40, lon_west = 0, lon_east = 16;
-  constexpr double kRegionMetres = 1.3e6, kStepSeconds = 3600;  // ~16 degrees; one hour
-  const double to_ms = kRegionMetres / kStepSeconds;           // region widths per step -> m/s
+double wave_sum(const std::vector<Wave>& ws, double x, double y) {
+  double s = 0;
+  for (const auto& w : ws) s += w.amplitude * std::sin(2 * kPi * (w.m * x + w.n * y) + w.phase);
+  return s;
+}
 
-  std::mt19937_64 gen(options.seed * 0x9E3779B97F4A7C15ull + 0x5EED000);
-  const std::vector<Wave> eddies = waves(gen, 4, 0.0015);  // streamfunction, in region widths^2 per step
-  const std::vector<Wave> t_anomaly = waves(gen, 3, 3.0), q_anomaly = waves(gen, 3, 5.0);
-  const double drift_x = 0.008, drift_y = 0.0015;  // eddy drift, region widths per step
-  const double jet = 0.02, kappa = 2e-5;           // jet speed (region widths per step); diffusion (widths^2 per step)
+// The temperature t2m is relaxed towards: colder to the north, warmer over land.
+double t_eq(double x, double y) { return 291 - 12 * y + 4 * land(x, y); }
 
-  // X: 0 (west) -> 1 (east); Y: 0 (south) -> 1 (north), for row i and column j.
-  const auto X = [&](int j) { return static_cast<double>(j) / (n - 1); };
-  const auto Y = [&](int i) { return 1.0 - static_cast<double>(i) / (n - 1); };
-  const auto land = [&](double x, double y) { return 0.5 + 0.5 * std::tanh(6 * (std::sin(kPi * x) * std::cos(1.5 * kPi * (y - 0.3)) - 0.2)); };
-  const auto wave_sum = [](const std::vector<Wave>& ws, double x, double y) {
-    double s = 0;
-    for (const auto& w : ws) s += w.amplitude * std::sin(2 * kPi * (w.m * x + w.n * y) + w.phase);
-    return s;
-  };
-  const auto t_eq = [&](double x, double y) { return 291 - 12 * y + 4 * land(x, y); };
+// The eddies' streamfunction at (x, y) and its gradient.
+struct Streamfunction {
+  double p = 0, dpdx = 0, dpdy = 0;
+};
 
-  Grid u(n), v(n), psi(n), t(n), q(n), tp(n), tcc(n), msl(n), z500(n);
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      t.at(i, j) = t_eq(X(j), Y(i)) + wave_sum(t_anomaly, X(j), Y(i));
-      q.at(i, j) = std::max(1.0, 24 + 6 * (1 - land(X(j), Y(i))) + wave_sum(q_anomaly, X(j), Y(i)));
+Streamfunction streamfunction(const std::vector<Wave>& eddies, double x, double y) {
+  Streamfunction f;
+  for (const auto& w : eddies) {
+    const double arg = 2 * kPi * (w.m * x + w.n * y) + w.phase;
+    f.p += w.amplitude * std::sin(arg);
+    f.dpdx += w.amplitude * 2 * kPi * w.m * std::cos(arg);
+    f.dpdy += w.amplitude * 2 * kPi * w.n * std::cos(arg);
+  }
+  return f;
+}
+
+// The fields on the grid: t (t2m) and q (tcwv) are the prognostic state, the others are diagnosed from it and the
+// eddies. Winds in region widths per step.
+struct WeatherFields {
+  explicit WeatherFields(int n) : u(n), v(n), psi(n), t(n), q(n), tp(n), tcc(n), msl(n), z500(n) {}
+  Grid u, v, psi, t, q, tp, tcc, msl, z500;
+};
+
+// The weather of the region on an n x n grid, step by step (an hour each).
+class RegionalWeather {
+ public:
+  RegionalWeather(int n, std::uint64_t seed) : n_(n), f_(n) {
+    std::mt19937_64 gen(seed * 0x9E3779B97F4A7C15ull + 0x5EED000);
+    eddies_ = waves(gen, 4, 0.0015);  // streamfunction, in region widths^2 per step
+    const std::vector<Wave> t_anomaly = waves(gen, 3, 3.0), q_anomaly = waves(gen, 3, 5.0);
+    for (int i = 0; i < n_; ++i) {
+      for (int j = 0; j < n_; ++j) {
+        f_.t.at(i, j) = t_eq(x_of(j), y_of(i)) + wave_sum(t_anomaly, x_of(j), y_of(i));
+        f_.q.at(i, j) = std::max(1.0, 24 + 6 * (1 - land(x_of(j), y_of(i))) + wave_sum(q_anomaly, x_of(j), y_of(i)));
+      }
     }
   }
-  // --- diagnostics of step s from the prognostic state ---
-  const auto diagnose = [&](int s) {
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < n; ++j) {
-        const double x = X(j) - drift_x * s, y = Y(i) - drift_y * s;
-        double p = 0, dpdx = 0, dpdy = 0;
-        for (const auto& w : eddies) {
-          const double arg = 2 * kPi * (w.m * x + w.n * y) + w.phase;
-          p += w.amplitude * std::sin(arg);
-          dpdx += w.amplitude * 2 * kPi * w.m * std::cos(arg);
-          dpdy += w.amplitude * 2 * kPi * w.n * std::cos(arg);
-        }
-        const double yy = Y(i);
-        psi.at(i, j) = p;
-        u.at(i, j) = jet * std::exp(-std::pow((yy - 0.55) / 0.25, 2)) - dpdy;  // region widths per step
-        v.at(i, j) = dpdx;
-        tcc.at(i, j) = 1 / (1 + std::exp(-(q.at(i, j) - 26) / 3));
-        tp.at(i, j) = 0.4 * softplus((q.at(i, j) - 30) / 2);  // mm per hour
-        msl.at(i, j) = 101325 + 8e5 * p - 1500 * (yy - 0.5);
-        z500.at(i, j) = 9.80665 * (5500 + 0.08 * (msl.at(i, j) - 101325) + 12 * (t.at(i, j) - 285));
-      }
-    }
-  };
-  // --- one hour: carry t and q along the wind, diffuse, force ---
-  const double cells = n - 1, kappa_cells = kappa * cells * cells;
-  const auto advance = [&] {
-    Grid t_next(n), q_next(n);
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < n; ++j) {
-        // Departure point: rows grow southward, so a northward wind brings air from a larger row index.
-        const double r = i + v.at(i, j) * cells, c = j - u.at(i, j) * cells;
-        const double sea = 1 - land(X(j), Y(i));
-        t_next.at(i, j) = t.sample(r, c) + kappa_cells * t.laplacian(i, j) + (t_eq(X(j), Y(i)) - t.at(i, j)) / 48 -
-                          0.3 * (tcc.at(i, j) - 0.5);
-        q_next.at(i, j) = std::max(0.5, q.sample(r, c) + kappa_cells * q.laplacian(i, j) + 0.35 * sea - tp.at(i, j));
-      }
-    }
-    t = std::move(t_next);
-    q = std::move(q_next);
-  };
 
-  // --- the file ---
-  std::filesystem::create_directories(options.out);
-  const std::filesystem::path path = options.out / "regional_weather.nc";
-  int nc = -1, d_time, d_lat, d_lon, v_time, v_lat, v_lon;
-  nc_ok(nc_create(path.c_str(), NC_CLOBBER | NC_NETCDF4, &nc), "create", path);
-  const auto put_text = [&](int var, const char* name, const std::string& text) {
-    nc_ok(nc_put_att_text(nc, var, name, text.size(), text.c_str()), name, path);
-  };
-  nc_ok(nc_def_dim(nc, "time", NC_UNLIMITED, &d_time), "time", path);
-  nc_ok(nc_def_dim(nc, "lat", static_cast<std::size_t>(n), &d_lat), "lat", path);
-  nc_ok(nc_def_dim(nc, "lon", static_cast<std::size_t>(n), &d_lon), "lon", path);
-  nc_ok(nc_def_var(nc, "time", NC_DOUBLE, 1, &d_time, &v_time), "time", path);
-  nc_ok(nc_def_var(nc, "lat", NC_DOUBLE, 1, &d_lat, &v_lat), "lat", path);
-  nc_ok(nc_def_var(nc, "lon", NC_DOUBLE, 1, &d_lon, &v_lon), "lon", path);
-  put_text(v_time, "units", "hours since 2000-01-01 00:00:00");
-  put_text(v_lat, "units", "degrees_north");
-  put_text(v_lon, "units", "degrees_east");
-  put_text(NC_GLOBAL, "title", "bellows example weather-gnn: synthetic regional weather (seed 000)");
+  const WeatherFields& fields() const { return f_; }
+
+  // Diagnostics of step s from the prognostic state.
+  void diagnose(int s) {
+    for (int i = 0; i < n_; ++i) {
+      for (int j = 0; j < n_; ++j) {
+        const double x = x_of(j) - kDriftX * s, y = y_of(i) - kDriftY * s;
+        const Streamfunction e = streamfunction(eddies_, x, y);
+        const double yy = y_of(i);
+        f_.psi.at(i, j) = e.p;
+        f_.u.at(i, j) = kJet * std::exp(-std::pow((yy - 0.55) / 0.25, 2)) - e.dpdy;  // region widths per step
+        f_.v.at(i, j) = e.dpdx;
+        f_.tcc.at(i, j) = 1 / (1 + std::exp(-(f_.q.at(i, j) - 26) / 3));
+        f_.tp.at(i, j) = 0.4 * softplus((f_.q.at(i, j) - 30) / 2);  // mm per hour
+        f_.msl.at(i, j) = 101325 + 8e5 * e.p - 1500 * (yy - 0.5);
+        f_.z500.at(i, j) = 9.80665 * (5500 + 0.08 * (f_.msl.at(i, j) - 101325) + 12 * (f_.t.at(i, j) - 285));
+      }
+    }
+  }
+
+  // One hour: carry t and q along the wind, diffuse, force.
+  void advance() {
+    const double cells = n_ - 1, kappa_cells = kKappa * cells * cells;
+    Grid t_next(n_), q_next(n_);
+    for (int i = 0; i < n_; ++i) {
+      for (int j = 0; j < n_; ++j) {
+        // Departure point: rows grow southward, so a northward wind brings air from a larger row index.
+        const double r = i + f_.v.at(i, j) * cells, c = j - f_.u.at(i, j) * cells;
+        const double sea = 1 - land(x_of(j), y_of(i));
+        t_next.at(i, j) = f_.t.sample(r, c) + kappa_cells * f_.t.laplacian(i, j) +
+                          (t_eq(x_of(j), y_of(i)) - f_.t.at(i, j)) / 48 - 0.3 * (f_.tcc.at(i, j) - 0.5);
+        q_next.at(i, j) = std::max(0.5, f_.q.sample(r, c) + kappa_cells * f_.q.laplacian(i, j) + 0.35 * sea -
+                                            f_.tp.at(i, j));
+      }
+    }
+    f_.t = std::move(t_next);
+    f_.q = std::move(q_next);
+  }
+
+ private:
+  static constexpr double kDriftX = 0.008, kDriftY = 0.0015;  // eddy drift, region widths per step
+  // Jet speed (region widths per step); diffusion (widths^2 per step).
+  static constexpr double kJet = 0.02, kKappa = 2e-5;
+
+  // X: 0 (west) -> 1 (east); Y: 0 (south) -> 1 (north), for row i and column j.
+  double x_of(int j) const { return static_cast<double>(j) / (n_ - 1); }
+  double y_of(int i) const { return 1.0 - static_cast<double>(i) / (n_ - 1); }
+
+  int n_;
+  WeatherFields f_;
+  std::vector<Wave> eddies_;
+};
+
+// regional_weather.nc: the dimensions, the coordinates and the 8 variables defined when it is opened, then the
+// fields written hour by hour. Every NetCDF error is a resource error naming the file and the call.
+class WeatherFile {
+ public:
+  // `to_ms`: region widths per step -> m/s, for the winds.
+  WeatherFile(std::filesystem::path path, int n, const WeatherFields& f, double to_ms)
+      : path_(std::move(path)),
+        n_(n),
+        outputs_{{"u10", "m s-1", "10 m eastward wind", &f.u, to_ms},
+                 {"v10", "m s-1", "10 m northward wind", &f.v, to_ms},
+                 {"msl", "Pa", "mean sea level pressure", &f.msl, 1},
+                 {"t2m", "K", "2 m temperature", &f.t, 1},
+                 {"tcwv", "kg m-2", "total column water vapour", &f.q, 1},
+                 {"tcc", "1", "total cloud cover", &f.tcc, 1},
+                 {"tp", "mm h-1", "total precipitation rate", &f.tp, 1},
+                 {"z500", "m2 s-2", "500 hPa geopotential", &f.z500, 1}},
+        buffer_(static_cast<std::size_t>(n * n)) {
+    nc_ok(nc_create(path_.c_str(), NC_CLOBBER | NC_NETCDF4, &nc_), "create", path_);
+    define_coordinates();
+    define_variables();
+    nc_ok(nc_enddef(nc_), "enddef", path_);
+    write_coordinates();
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // Hour k: its time and the fields as they are now.
+  void write_hour(std::size_t k) {
+    const double hour = static_cast<double>(k);
+    const std::size_t start1 = k, count1 = 1;
+    nc_ok(nc_put_vara_double(nc_, v_time_, &start1, &count1, &hour), "time", path_);
+    const std::size_t start[] = {k, 0, 0}, count[] = {1, static_cast<std::size_t>(n_), static_cast<std::size_t>(n_)};
+    for (const auto& o : outputs_) {
+      const auto& values = o.grid->values();
+      for (std::size_t e = 0; e < values.size(); ++e) buffer_[e] = static_cast<float>(values[e] * o.scale);
+      nc_ok(nc_put_vara_float(nc_, o.var, start, count, buffer_.data()), o.name, path_);
+    }
+  }
+
+  void close() { nc_ok(nc_close(nc_), "close", path_); }
+
+ private:
   struct Output {
     const char* name;
     const char* units;
@@ -175,50 +233,74 @@ std::string generate_weather_gnn(const GenOptions& options) {
     double scale;
     int var = -1;
   };
-  std::vector<Output> outputs = {{"u10", "m s-1", "10 m eastward wind", &u, to_ms},
-                                 {"v10", "m s-1", "10 m northward wind", &v, to_ms},
-                                 {"msl", "Pa", "mean sea level pressure", &msl, 1},
-                                 {"t2m", "K", "2 m temperature", &t, 1},
-                                 {"tcwv", "kg m-2", "total column water vapour", &q, 1},
-                                 {"tcc", "1", "total cloud cover", &tcc, 1},
-                                 {"tp", "mm h-1", "total precipitation rate", &tp, 1},
-                                 {"z500", "m2 s-2", "500 hPa geopotential", &z500, 1}};
-  const int dims[] = {d_time, d_lat, d_lon};
-  for (auto& o : outputs) {
-    nc_ok(nc_def_var(nc, o.name, NC_FLOAT, 3, dims, &o.var), o.name, path);
-    put_text(o.var, "units", o.units);
-    put_text(o.var, "long_name", o.long_name);
-  }
-  nc_ok(nc_enddef(nc), "enddef", path);
-  std::vector<double> lat(static_cast<std::size_t>(n)), lon(static_cast<std::size_t>(n));
-  for (int k = 0; k < n; ++k) {
-    lat[static_cast<std::size_t>(k)] = lat_north + (lat_south - lat_north) * k / (n - 1);
-    lon[static_cast<std::size_t>(k)] = lon_west + (lon_east - lon_west) * k / (n - 1);
-  }
-  nc_ok(nc_put_var_double(nc, v_lat, lat.data()), "lat", path);
-  nc_ok(nc_put_var_double(nc, v_lon, lon.data()), "lon", path);
 
-  std::vector<float> buffer(static_cast<std::size_t>(n * n));
-  for (int s = 0; s < spin_up + hours; ++s) {
-    diagnose(s);
-    if (s >= spin_up) {
-      const std::size_t k = static_cast<std::size_t>(s - spin_up);
-      const double hour = static_cast<double>(k);
-      const std::size_t start1 = k, count1 = 1;
-      nc_ok(nc_put_vara_double(nc, v_time, &start1, &count1, &hour), "time", path);
-      const std::size_t start[] = {k, 0, 0}, count[] = {1, static_cast<std::size_t>(n), static_cast<std::size_t>(n)};
-      for (const auto& o : outputs) {
-        const auto& values = o.grid->values();
-        for (std::size_t e = 0; e < values.size(); ++e) buffer[e] = static_cast<float>(values[e] * o.scale);
-        nc_ok(nc_put_vara_float(nc, o.var, start, count, buffer.data()), o.name, path);
-      }
-    }
-    advance();
+  void put_text(int var, const char* name, const std::string& text) {
+    nc_ok(nc_put_att_text(nc_, var, name, text.size(), text.c_str()), name, path_);
   }
-  nc_ok(nc_close(nc), "close", path);
+
+  // time (unlimited), lat and lon, each a dimension and a variable of its own, with units; the file's title.
+  void define_coordinates() {
+    nc_ok(nc_def_dim(nc_, "time", NC_UNLIMITED, &d_time_), "time", path_);
+    nc_ok(nc_def_dim(nc_, "lat", static_cast<std::size_t>(n_), &d_lat_), "lat", path_);
+    nc_ok(nc_def_dim(nc_, "lon", static_cast<std::size_t>(n_), &d_lon_), "lon", path_);
+    nc_ok(nc_def_var(nc_, "time", NC_DOUBLE, 1, &d_time_, &v_time_), "time", path_);
+    nc_ok(nc_def_var(nc_, "lat", NC_DOUBLE, 1, &d_lat_, &v_lat_), "lat", path_);
+    nc_ok(nc_def_var(nc_, "lon", NC_DOUBLE, 1, &d_lon_, &v_lon_), "lon", path_);
+    put_text(v_time_, "units", "hours since 2000-01-01 00:00:00");
+    put_text(v_lat_, "units", "degrees_north");
+    put_text(v_lon_, "units", "degrees_east");
+    put_text(NC_GLOBAL, "title", "bellows example weather-gnn: synthetic regional weather (seed 000)");
+  }
+
+  // The 8 variables on (time, lat, lon), float, with units and long names.
+  void define_variables() {
+    const int dims[] = {d_time_, d_lat_, d_lon_};
+    for (auto& o : outputs_) {
+      nc_ok(nc_def_var(nc_, o.name, NC_FLOAT, 3, dims, &o.var), o.name, path_);
+      put_text(o.var, "units", o.units);
+      put_text(o.var, "long_name", o.long_name);
+    }
+  }
+
+  // Latitudes from north to south (row 0 the northernmost), longitudes from west to east.
+  void write_coordinates() {
+    std::vector<double> lat(static_cast<std::size_t>(n_)), lon(static_cast<std::size_t>(n_));
+    for (int k = 0; k < n_; ++k) {
+      lat[static_cast<std::size_t>(k)] = kLatNorth + (kLatSouth - kLatNorth) * k / (n_ - 1);
+      lon[static_cast<std::size_t>(k)] = kLonWest + (kLonEast - kLonWest) * k / (n_ - 1);
+    }
+    nc_ok(nc_put_var_double(nc_, v_lat_, lat.data()), "lat", path_);
+    nc_ok(nc_put_var_double(nc_, v_lon_, lon.data()), "lon", path_);
+  }
+
+  std::filesystem::path path_;
+  int n_;
+  int nc_ = -1, d_time_ = -1, d_lat_ = -1, d_lon_ = -1, v_time_ = -1, v_lat_ = -1, v_lon_ = -1;
+  std::vector<Output> outputs_;
+  std::vector<float> buffer_;
+};
+
+}  // namespace
+
+std::string generate_weather_gnn(const GenOptions& options) {
+  const int n = options.quick ? 16 : 64;          // grid points along lat and lon
+  const int hours = options.quick ? 64 : 240;     // time steps written (hourly)
+  const int spin_up = 24;                         // steps run before the first one written
+  constexpr double kRegionMetres = 1.3e6, kStepSeconds = 3600;  // ~16 degrees; one hour
+  const double to_ms = kRegionMetres / kStepSeconds;           // region widths per step -> m/s
+
+  RegionalWeather weather(n, options.seed);
+  std::filesystem::create_directories(options.out);
+  WeatherFile file(options.out / "regional_weather.nc", n, weather.fields(), to_ms);
+  for (int s = 0; s < spin_up + hours; ++s) {
+    weather.diagnose(s);
+    if (s >= spin_up) file.write_hour(static_cast<std::size_t>(s - spin_up));
+    weather.advance();
+  }
+  file.close();
   return fmt::format("wrote {}: {} hourly steps x 8 variables (u10 v10 msl t2m tcwv tcc tp z500) on a {}x{} grid, "
                      "lat {}..{} N, lon {}..{} E",
-                     path.string(), hours, n, n, lat_north, lat_south, lon_west, lon_east);
+                     file.path().string(), hours, n, n, kLatNorth, kLatSouth, kLonWest, kLonEast);
 }
 
 }  // namespace bellows::example_data

@@ -16,7 +16,7 @@ weights of a job that was never interrupted.
 
 With --ranks N (N > 1) the job is `bellows launch -n N -- train ... dist.strategy=S` (--strategy: zero1, zero2 or
 fsdp write sharded checkpoints, each rank its shard-0000r-of-0000N.safetensors, rank 0 the manifest last) on the
-96-row CSV of tests/e2e/dist_cli_test.cpp (written into the work directory; an MLP of 4 -> 16 -> 1 unless --config
+96-row CSV of tests/e2e/dist_cli.h (written into the work directory; an MLP of 4 -> 16 -> 1 unless --config
 names a model, e.g. tests/reliability/soak_transformer.yaml for fsdp). Each kill is SIGKILL of one rank chosen at
 random (found as a child of the launcher by its RANK); the surviving ranks must then stop, with an error when their
 collective fails or quietly at the launcher's SIGTERM in start-up, within dist.timeout_s (+5 s; not at the
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from soak_processes import alive, free_port, processes_naming, rank_pids
 
-# The 96-row table of tests/e2e/dist_cli_test.cpp (dist_write_csv): 4 features, y their sum.
+# The 96-row table of tests/e2e/dist_cli.h (dist_write_csv): 4 features, y their sum.
 CSV_KEYS = ["data.source=csv", "data.csv.targets=[y]", "data.batch_size=8", "data.val_fraction=0.25"]
 MLP_KEYS = ["model.name=mlp", "model.in_features=4", "model.hidden=[16]", "model.out_features=1"]
 

@@ -229,49 +229,82 @@ struct NetcdfDataset::Impl {
     inv_std = at::tensor(s).view({n, 1, 1});
   }
 
+  // --- opening: the file, its variables and channels, then values and statistics ---
+
   void open();
+  void open_file();
+  std::vector<std::string> grid_variable_names() const;
+  std::size_t add_variable(const std::string& name, const std::string& role);
+  void name_channels();
+  void select_channels(const std::vector<std::size_t>& which, std::vector<std::string>& names,
+                       std::vector<std::int64_t>& index) const;
+  bool is_all_channels(const std::vector<std::int64_t>& index) const;
+  void load_values();
 };
 
 void NetcdfDataset::Impl::open() {
   file = options.path.string();
   BELLOWS_CHECK_CONFIG(options.horizon >= 0, fmt::format("data.netcdf.horizon is {}", options.horizon),
                        "set a horizon of 0 (same time step) or more");
-  // --- the file: its dimensions (kData errors for a missing, damaged or truncated file) ---
+  open_file();
+  // --- variables ---
+  const std::vector<std::string> inputs = options.variables.empty() ? grid_variable_names() : options.variables;
+  const std::vector<std::string> targets = options.targets.empty() ? inputs : options.targets;
+  for (const auto& name : inputs) input_vars.push_back(add_variable(name, "variables"));
+  for (const auto& name : targets) target_vars.push_back(add_variable(name, "targets"));
+  // --- channels ---
+  name_channels();
+  select_channels(input_vars, input_channels, input_index);
+  select_channels(target_vars, target_channels, target_index);
+  inputs_are_all = is_all_channels(input_index);
+  targets_are_all = is_all_channels(target_index);
+
+  BELLOWS_CHECK_CONFIG(
+      options.horizon < n_time,
+      fmt::format("{}: data.netcdf.horizon is {}, but the file has {} time steps", file, options.horizon, n_time),
+      "choose a horizon smaller than the number of time steps");
+  load_values();
+}
+
+// The file and its dimensions (kData errors for a missing, damaged or truncated file).
+void NetcdfDataset::Impl::open_file() {
   nc = std::make_unique<NetcdfFile>(options.path,
                                     NetcdfGrid{options.time_dim, options.lat_dim, options.lon_dim, options.level_dim});
   n_time = nc->time_steps();
   n_lat = nc->lat_size();
   n_lon = nc->lon_size();
   n_level = nc->level_size();
-  // --- variables ---
-  std::vector<std::string> inputs = options.variables;
-  if (inputs.empty()) {
-    std::vector<std::string> described;
-    for (const auto& name : nc->variable_names()) {
-      const auto dims = nc->dims_of(name);
-      if (nc->is_grid(dims)) inputs.push_back(name);
-      described.push_back(fmt::format("{}({})", name, fmt::join(dims, ", ")));
-    }
-    if (inputs.empty()) {
-      BELLOWS_FAIL(ErrorKind::kData,
-                   fmt::format("{}: no variable has dims {}; the file's variables: {}", file, nc->grid_text(),
-                               fmt::join(described, ", ")),
-                   "set data.netcdf.time_dim/lat_dim/lon_dim/level_dim to the file's dimension names");
-    }
-  }
-  const std::vector<std::string> targets = options.targets.empty() ? inputs : options.targets;
-  // All variables share the file's time/lat/lon dimensions (checked by name in NetcdfFile::variable), so their
-  // grids agree by construction.
-  const auto add = [&](const std::string& name, const std::string& role) {
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      if (vars[i].name == name) return i;
-    }
-    vars.push_back(nc->variable(name, role));
-    return vars.size() - 1;
-  };
-  for (const auto& name : inputs) input_vars.push_back(add(name, "variables"));
-  for (const auto& name : targets) target_vars.push_back(add(name, "targets"));
+}
 
+// Without data.netcdf.variables: every variable on the grid; none is a data error listing the file's variables.
+std::vector<std::string> NetcdfDataset::Impl::grid_variable_names() const {
+  std::vector<std::string> inputs, described;
+  for (const auto& name : nc->variable_names()) {
+    const auto dims = nc->dims_of(name);
+    if (nc->is_grid(dims)) inputs.push_back(name);
+    described.push_back(fmt::format("{}({})", name, fmt::join(dims, ", ")));
+  }
+  if (inputs.empty()) {
+    BELLOWS_FAIL(ErrorKind::kData,
+                 fmt::format("{}: no variable has dims {}; the file's variables: {}", file, nc->grid_text(),
+                             fmt::join(described, ", ")),
+                 "set data.netcdf.time_dim/lat_dim/lon_dim/level_dim to the file's dimension names");
+  }
+  return inputs;
+}
+
+// The index of variable `name` in `vars`, added on first use. All variables share the file's time/lat/lon
+// dimensions (checked by name in NetcdfFile::variable), so their grids agree by construction.
+std::size_t NetcdfDataset::Impl::add_variable(const std::string& name, const std::string& role) {
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (vars[i].name == name) return i;
+  }
+  vars.push_back(nc->variable(name, role));
+  return vars.size() - 1;
+}
+
+// The coordinates, and a channel per variable and level: "t" for a variable without levels, else "t@850".
+void NetcdfDataset::Impl::name_channels() {
   lat = nc->coordinate(options.lat_dim, n_lat);
   lon = nc->coordinate(options.lon_dim, n_lon);
   level_values = nc->coordinate(options.level_dim, n_level);
@@ -285,33 +318,31 @@ void NetcdfDataset::Impl::open() {
                                                          : level_text(level_values[static_cast<std::size_t>(l)])));
     }
   }
-  const auto channels_of = [&](const std::vector<std::size_t>& which, std::vector<std::string>& names,
-                               std::vector<std::int64_t>& index) {
-    for (const std::size_t i : which) {
-      for (std::int64_t l = 0; l < vars[i].levels; ++l) {
-        index.push_back(channel0[i] + l);
-        names.push_back(channels[static_cast<std::size_t>(channel0[i] + l)]);
-      }
-    }
-  };
-  channels_of(input_vars, input_channels, input_index);
-  channels_of(target_vars, target_channels, target_index);
-  const auto is_all = [&](const std::vector<std::int64_t>& index) {
-    if (index.size() != channels.size()) return false;
-    for (std::size_t c = 0; c < index.size(); ++c) {
-      if (index[c] != static_cast<std::int64_t>(c)) return false;
-    }
-    return true;
-  };
-  inputs_are_all = is_all(input_index);
-  targets_are_all = is_all(target_index);
+}
 
-  BELLOWS_CHECK_CONFIG(
-      options.horizon < n_time,
-      fmt::format("{}: data.netcdf.horizon is {}, but the file has {} time steps", file, options.horizon, n_time),
-      "choose a horizon smaller than the number of time steps");
+// The channels of the variables `which`: their names and their indices into `channels`.
+void NetcdfDataset::Impl::select_channels(const std::vector<std::size_t>& which, std::vector<std::string>& names,
+                                          std::vector<std::int64_t>& index) const {
+  for (const std::size_t i : which) {
+    for (std::int64_t l = 0; l < vars[i].levels; ++l) {
+      index.push_back(channel0[i] + l);
+      names.push_back(channels[static_cast<std::size_t>(channel0[i] + l)]);
+    }
+  }
+}
 
-  // --- values and statistics: one pass over the file ---
+// Whether `index` selects every channel in order (then a sample needs no gather).
+bool NetcdfDataset::Impl::is_all_channels(const std::vector<std::int64_t>& index) const {
+  if (index.size() != channels.size()) return false;
+  for (std::size_t c = 0; c < index.size(); ++c) {
+    if (index[c] != static_cast<std::int64_t>(c)) return false;
+  }
+  return true;
+}
+
+// Values and statistics: one pass over the file. The values are kept in memory (normalised) when they fit in
+// options.memory_limit_bytes; then the file is closed.
+void NetcdfDataset::Impl::load_values() {
   const auto bytes =
       static_cast<double>(n_time) * static_cast<double>(channels.size()) * static_cast<double>(n_lat * n_lon) * 4;
   const bool keep = bytes <= static_cast<double>(options.memory_limit_bytes);
@@ -333,7 +364,6 @@ void NetcdfDataset::Impl::open() {
     nc.reset();  // every sample is in memory: the file is no longer needed
   }
 }
-
 
 NetcdfDataset::NetcdfDataset(NetcdfOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);

@@ -43,7 +43,14 @@ std::string array_name(const std::string& entry) {
   return entry.size() > 4 && entry.ends_with(".npy") ? entry.substr(0, entry.size() - 4) : entry;
 }
 
-std::vector<ZipEntry> read_directory(const File& f) {
+// Where the central directory lies and how many entries it holds: the end record's fields, or its ZIP64 twin's.
+struct ZipDirectorySpan {
+  std::uint64_t count = 0, size = 0, offset = 0;
+  std::uint64_t end_offset = 0;  // of the end-of-central-directory record
+};
+
+// A file shorter than an end record is not a zip archive (perhaps an .npy named as an .npz).
+void check_zip_length(const File& f) {
   const std::uint64_t size = f.size();
   if (size < 22) {
     const auto head = f.read(0, size);
@@ -53,18 +60,26 @@ std::vector<ZipEntry> read_directory(const File& f) {
                              f.path().string(), size),
                  npy ? "this is an .npy file: read it as such" : "write it with np.savez or np.savez_compressed");
   }
+}
+
+// The end record's offset in `tail` (the file's last bytes), searched backwards by its signature; -1 when none.
+std::int64_t find_zip_end_record(const std::vector<std::uint8_t>& tail) {
+  const auto tail_size = static_cast<std::int64_t>(tail.size());
+  for (std::int64_t i = tail_size - 22; i >= 0; --i) {
+    if (get_u32(tail.data() + i) == kEndSig && i + 22 + get_u16(tail.data() + i + 20) <= tail_size) return i;
+  }
+  return -1;
+}
+
+// The end-of-central-directory record: the directory's place and its entry count (their 16- and 32-bit fields).
+ZipDirectorySpan read_zip_end_record(const File& f) {
+  check_zip_length(f);
+  const std::uint64_t size = f.size();
   // The end record sits in the last 22 + 65535 (comment) bytes; search backwards for its signature.
   const std::uint64_t tail_size = std::min<std::uint64_t>(size, 22 + 0xffff);
   const std::uint64_t tail_start = size - tail_size;
   const auto tail = f.read(tail_start, tail_size);
-  std::int64_t found = -1;
-  for (std::int64_t i = static_cast<std::int64_t>(tail_size) - 22; i >= 0; --i) {
-    if (get_u32(tail.data() + i) == kEndSig &&
-        static_cast<std::uint64_t>(i) + 22 + get_u16(tail.data() + i + 20) <= tail_size) {
-      found = i;
-      break;
-    }
-  }
+  const std::int64_t found = find_zip_end_record(tail);
   if (found < 0) {
     const bool npy = std::memcmp(f.read(0, 6).data(), kNpyMagic, 6) == 0;
     BELLOWS_FAIL(ErrorKind::kData,
@@ -74,95 +89,123 @@ std::vector<ZipEntry> read_directory(const File& f) {
                      : "the .npz is truncated or not an .npz: write it again with np.savez or np.savez_compressed");
   }
   const std::uint8_t* end = tail.data() + found;
-  const std::uint64_t end_offset = tail_start + static_cast<std::uint64_t>(found);
-  std::uint64_t count = get_u16(end + 10), dir_size = get_u32(end + 12), dir_offset = get_u32(end + 16);
+  ZipDirectorySpan d;
+  d.end_offset = tail_start + static_cast<std::uint64_t>(found);
+  d.count = get_u16(end + 10);
+  d.size = get_u32(end + 12);
+  d.offset = get_u32(end + 16);
   if (get_u16(end + 4) != 0 || get_u16(end + 6) != 0) {
-    corrupt_zip(f, fmt::format("multi-disk (split) archives are not supported (end record at byte {})", end_offset));
+    corrupt_zip(f, fmt::format("multi-disk (split) archives are not supported (end record at byte {})", d.end_offset));
   }
+  return d;
+}
 
-  // ZIP64: a locator right before the end record points at the ZIP64 end record with 64-bit fields.
-  bool zip64 = false;
-  if (end_offset >= 20) {
-    const auto locator = f.read(end_offset - 20, 20);
-    if (get_u32(locator.data()) == kZip64LocatorSig) {
-      const std::uint64_t z_offset = get_u64(locator.data() + 8);
-      if (z_offset + 56 > end_offset - 20) {
-        corrupt_zip(
-            f, fmt::format("the ZIP64 locator at byte {} points at byte {}, past the end", end_offset - 20, z_offset));
-      }
-      const auto z = f.read(z_offset, 56);
-      if (get_u32(z.data()) != kZip64EndSig) {
-        corrupt_zip(f, fmt::format("no ZIP64 end-of-central-directory record at byte {}", z_offset));
-      }
-      count = get_u64(z.data() + 32);
-      dir_size = get_u64(z.data() + 40);
-      dir_offset = get_u64(z.data() + 48);
-      zip64 = true;
-    }
+// ZIP64: a locator right before the end record points at the ZIP64 end record with 64-bit fields, which replace
+// the end record's. Whether there was one.
+bool read_zip64_end_record(const File& f, ZipDirectorySpan& d) {
+  if (d.end_offset < 20) return false;
+  const auto locator = f.read(d.end_offset - 20, 20);
+  if (get_u32(locator.data()) != kZip64LocatorSig) return false;
+  const std::uint64_t z_offset = get_u64(locator.data() + 8);
+  if (z_offset + 56 > d.end_offset - 20) {
+    corrupt_zip(
+        f, fmt::format("the ZIP64 locator at byte {} points at byte {}, past the end", d.end_offset - 20, z_offset));
   }
-  if (!zip64 && (count == 0xffff || dir_size == 0xffffffff || dir_offset == 0xffffffff) &&
-      (dir_offset > end_offset || dir_size > end_offset)) {
-    corrupt_zip(f, fmt::format("the end record at byte {} asks for ZIP64 records that are missing", end_offset));
+  const auto z = f.read(z_offset, 56);
+  if (get_u32(z.data()) != kZip64EndSig) {
+    corrupt_zip(f, fmt::format("no ZIP64 end-of-central-directory record at byte {}", z_offset));
   }
-  if (dir_offset > end_offset || dir_size > end_offset - dir_offset) {
+  d.count = get_u64(z.data() + 32);
+  d.size = get_u64(z.data() + 40);
+  d.offset = get_u64(z.data() + 48);
+  return true;
+}
+
+// The directory lies before the end record, with room for its entries' fixed parts.
+void check_zip_directory_span(const File& f, const ZipDirectorySpan& d, bool zip64) {
+  if (!zip64 && (d.count == 0xffff || d.size == 0xffffffff || d.offset == 0xffffffff) &&
+      (d.offset > d.end_offset || d.size > d.end_offset)) {
+    corrupt_zip(f, fmt::format("the end record at byte {} asks for ZIP64 records that are missing", d.end_offset));
+  }
+  if (d.offset > d.end_offset || d.size > d.end_offset - d.offset) {
     corrupt_zip(f,
                 fmt::format("the central directory ({} bytes at byte {}) does not fit before the end record at byte {}",
-                            dir_size, dir_offset, end_offset));
+                            d.size, d.offset, d.end_offset));
   }
-  if (count > dir_size / 46) {
-    corrupt_zip(f, fmt::format("{} entries cannot fit in a central directory of {} bytes", count, dir_size));
+  if (d.count > d.size / 46) {
+    corrupt_zip(f, fmt::format("{} entries cannot fit in a central directory of {} bytes", d.count, d.size));
   }
+}
 
-  const auto dir = f.read(dir_offset, dir_size);
+// ZIP64 extra field: 64-bit values for exactly those fields saturated at 0xffffffff, in this order. `x` points
+// at the extra fields (`extra_len` bytes) of the entry whose directory record is at byte `at`.
+void read_zip64_extra(const File& f, const std::uint8_t* x, std::uint64_t extra_len, std::uint64_t at, ZipEntry& e) {
+  for (std::uint64_t xp = 0; xp + 4 <= extra_len;) {
+    const std::uint16_t id = get_u16(x + xp), len = get_u16(x + xp + 2);
+    if (xp + 4 + len > extra_len) {
+      corrupt_zip(f, fmt::format("entry '{}' at byte {}: extra field overruns", e.name, at));
+    }
+    if (id == kZip64ExtraId) {
+      std::uint64_t q = xp + 4;
+      const auto take = [&](std::uint64_t& field) {
+        if (field != 0xffffffff) return;
+        if (q + 8 > xp + 4 + len) {
+          corrupt_zip(f, fmt::format("entry '{}' at byte {}: short ZIP64 extra field", e.name, at));
+        }
+        field = get_u64(x + q);
+        q += 8;
+      };
+      take(e.size);
+      take(e.compressed_size);
+      take(e.local_offset);
+    }
+    xp += 4 + len;
+  }
+}
+
+// Central directory entry i, whose record starts at `pos` of `dir`; `*record_size` is set to the record's length.
+ZipEntry read_central_record(const File& f, const std::vector<std::uint8_t>& dir, const ZipDirectorySpan& d,
+                             std::uint64_t pos, std::uint64_t i, std::uint64_t* record_size) {
+  const std::uint64_t at = d.offset + pos;
+  if (pos + 46 > d.size || get_u32(dir.data() + pos) != kCentralSig) {
+    corrupt_zip(f, fmt::format("central directory entry {} at byte {} is missing or has a bad signature", i, at));
+  }
+  const std::uint8_t* r = dir.data() + pos;
+  ZipEntry e;
+  e.flags = get_u16(r + 8);
+  e.method = get_u16(r + 10);
+  e.crc = get_u32(r + 16);
+  e.compressed_size = get_u32(r + 20);
+  e.size = get_u32(r + 24);
+  const std::uint64_t name_len = get_u16(r + 28), extra_len = get_u16(r + 30), comment_len = get_u16(r + 32);
+  e.local_offset = get_u32(r + 42);
+  e.directory_offset = at;
+  if (pos + 46 + name_len + extra_len + comment_len > d.size) {
+    corrupt_zip(f, fmt::format("central directory entry {} at byte {} runs past the directory's end", i, at));
+  }
+  e.name.assign(reinterpret_cast<const char*>(r + 46), name_len);
+  read_zip64_extra(f, r + 46 + name_len, extra_len, at, e);
+  *record_size = 46 + name_len + extra_len + comment_len;
+  return e;
+}
+
+// The archive's entries (directories left out), each array name once.
+std::vector<ZipEntry> read_directory(const File& f) {
+  ZipDirectorySpan d = read_zip_end_record(f);
+  const bool zip64 = read_zip64_end_record(f, d);
+  check_zip_directory_span(f, d, zip64);
+  const auto dir = f.read(d.offset, d.size);
   std::vector<ZipEntry> entries;
   std::set<std::string> names;
   std::uint64_t pos = 0;
-  for (std::uint64_t i = 0; i < count; ++i) {
-    const std::uint64_t at = dir_offset + pos;
-    if (pos + 46 > dir_size || get_u32(dir.data() + pos) != kCentralSig) {
-      corrupt_zip(f, fmt::format("central directory entry {} at byte {} is missing or has a bad signature", i, at));
-    }
-    const std::uint8_t* r = dir.data() + pos;
-    ZipEntry e;
-    e.flags = get_u16(r + 8);
-    e.method = get_u16(r + 10);
-    e.crc = get_u32(r + 16);
-    e.compressed_size = get_u32(r + 20);
-    e.size = get_u32(r + 24);
-    const std::uint64_t name_len = get_u16(r + 28), extra_len = get_u16(r + 30), comment_len = get_u16(r + 32);
-    e.local_offset = get_u32(r + 42);
-    e.directory_offset = at;
-    if (pos + 46 + name_len + extra_len + comment_len > dir_size) {
-      corrupt_zip(f, fmt::format("central directory entry {} at byte {} runs past the directory's end", i, at));
-    }
-    e.name.assign(reinterpret_cast<const char*>(r + 46), name_len);
-    // ZIP64 extra field: 64-bit values for exactly those fields saturated at 0xffffffff, in this order.
-    const std::uint8_t* x = r + 46 + name_len;
-    for (std::uint64_t xp = 0; xp + 4 <= extra_len;) {
-      const std::uint16_t id = get_u16(x + xp), len = get_u16(x + xp + 2);
-      if (xp + 4 + len > extra_len) {
-        corrupt_zip(f, fmt::format("entry '{}' at byte {}: extra field overruns", e.name, at));
-      }
-      if (id == kZip64ExtraId) {
-        std::uint64_t q = xp + 4;
-        const auto take = [&](std::uint64_t& field) {
-          if (field != 0xffffffff) return;
-          if (q + 8 > xp + 4 + len) {
-            corrupt_zip(f, fmt::format("entry '{}' at byte {}: short ZIP64 extra field", e.name, at));
-          }
-          field = get_u64(x + q);
-          q += 8;
-        };
-        take(e.size);
-        take(e.compressed_size);
-        take(e.local_offset);
-      }
-      xp += 4 + len;
-    }
-    pos += 46 + name_len + extra_len + comment_len;
+  for (std::uint64_t i = 0; i < d.count; ++i) {
+    std::uint64_t record_size = 0;
+    ZipEntry e = read_central_record(f, dir, d, pos, i, &record_size);
+    pos += record_size;
     if (e.name.ends_with('/')) continue;  // a directory
     if (!names.insert(array_name(e.name)).second) {
-      corrupt_zip(f, fmt::format("the array name '{}' appears twice (entry at byte {})", array_name(e.name), at));
+      corrupt_zip(f, fmt::format("the array name '{}' appears twice (entry at byte {})", array_name(e.name),
+                                 e.directory_offset));
     }
     entries.push_back(std::move(e));
   }

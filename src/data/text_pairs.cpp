@@ -165,6 +165,115 @@ fs::path user_cache_path(const fs::path& data, const std::string& file_name) {
   return root / "tokenizers" / fmt::format("{:016x}-{}", fnv1a(absolute), file_name);
 }
 
+// --- the constructor's steps ---
+
+// Each row's class index in `label_names` (the class order); an unknown label is a data error naming its line.
+std::vector<std::int64_t> class_indices(const Rows& rows, const std::vector<std::string>& label_names, const std::string& file) {
+  std::map<std::string, std::int64_t> index;
+  for (std::size_t i = 0; i < label_names.size(); ++i) {
+    BELLOWS_CHECK_CONFIG(index.emplace(label_names[i], static_cast<std::int64_t>(i)).second,
+                         fmt::format("data.text.labels lists '{}' twice", label_names[i]), "list each label once");
+  }
+  std::vector<std::int64_t> labels;
+  labels.reserve(rows.label.size());
+  for (std::size_t r = 0; r < rows.label.size(); ++r) {
+    const auto it = index.find(rows.label[r]);
+    if (it == index.end()) {
+      const auto best = closest_match(rows.label[r], label_names);
+      BELLOWS_FAIL(ErrorKind::kData,
+                   fmt::format("{} line {}: unknown label '{}'; the labels are {}", file, rows.lines[r], shown(rows.label[r]),
+                               fmt::join(label_names, ", ")),
+                   best ? fmt::format("did you mean '{}'? (data.text.labels lists the labels in class order)", *best)
+                        : "add it to data.text.labels, or fix the row");
+    }
+    labels.push_back(it->second);
+  }
+  return labels;
+}
+
+// The vocabulary the dataset tokenizes with, and where it came from.
+struct PairsVocabulary {
+  std::shared_ptr<const Tokenizer> tokenizer;
+  fs::path path;         // its .model file; empty when it was not saved
+  bool trained = false;  // trained here, not loaded
+};
+
+// Where a trained vocabulary is looked for (in this order) and where a new one is written: data.text.tokenizer_cache
+// when set, else beside the data file (or, where that directory is not writable, in the user's cache).
+struct VocabularyCacheSites {
+  std::vector<fs::path> candidates;
+  fs::path target;
+};
+
+VocabularyCacheSites vocabulary_cache_sites(const TextPairsOptions& options) {
+  if (!options.tokenizer_cache.empty()) return {{options.tokenizer_cache}, options.tokenizer_cache};
+  const std::string name = fmt::format("{}.spm-{}-{}.model", options.path.filename().string(), options.train.model_type,
+                                       options.train.vocab_size);
+  const fs::path beside = options.path.parent_path() / name;
+  const fs::path dir = beside.has_parent_path() ? beside.parent_path() : fs::path(".");
+  const fs::path elsewhere = user_cache_path(options.path, name);
+  VocabularyCacheSites sites{{beside}, ::access(dir.c_str(), W_OK) == 0 ? beside : elsewhere};
+  if (!elsewhere.empty()) sites.candidates.push_back(elsewhere);
+  return sites;
+}
+
+// Writes a trained vocabulary and its key to `target`; false when it cannot.
+bool save_vocabulary(const Tokenizer& tokenizer, const fs::path& target, const std::string& key) {
+  std::error_code ec;
+  if (!target.empty() && target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  if (target.empty()) return false;
+  try {
+    tokenizer.save(target);
+    return write_text(target.string() + ".key", key);  // the key last: a key implies a complete model
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A vocabulary cached for these sentences and options (its key file matches), else one trained on them and cached.
+PairsVocabulary cached_or_trained_vocabulary(const TextPairsOptions& options, const Rows& rows) {
+  std::vector<std::string> sentences;
+  sentences.reserve(2 * rows.premise.size());
+  for (std::size_t r = 0; r < rows.premise.size(); ++r) {
+    sentences.push_back(rows.premise[r]);
+    sentences.push_back(rows.hypothesis[r]);
+  }
+  const std::string key = cache_key(sentences, options.train);
+  const VocabularyCacheSites sites = vocabulary_cache_sites(options);
+  for (const auto& p : sites.candidates) {
+    if (read_text(p.string() + ".key") != key) continue;
+    return {std::make_shared<const Tokenizer>(Tokenizer::load(p)), p, false};
+  }
+  PairsVocabulary v;
+  v.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_serialized(Tokenizer::train(sentences, options.train),
+                                                                             fmt::format("trained on {}", options.path.string())));
+  v.trained = true;
+  const bool written = save_vocabulary(*v.tokenizer, sites.target, key);
+  // A cache the user named must work; the default location is a convenience.
+  BELLOWS_CHECK_RESOURCE(written || options.tokenizer_cache.empty(),
+                         fmt::format("cannot write the tokenizer cache {}", options.tokenizer_cache.string()),
+                         "set data.text.tokenizer_cache to a writable path, or leave it empty");
+  if (written) v.path = sites.target;
+  return v;
+}
+
+// The vocabulary: given, loaded, cached or trained.
+PairsVocabulary pairs_vocabulary(const TextPairsOptions& options, const Rows& rows) {
+  if (options.vocabulary) return {options.vocabulary, options.tokenizer, false};
+  if (!options.tokenizer.empty()) return {std::make_shared<const Tokenizer>(Tokenizer::load(options.tokenizer)), options.tokenizer, false};
+  return cached_or_trained_vocabulary(options, rows);
+}
+
+// The ids of one sentence; an error names the file's line.
+std::vector<std::int64_t> encode_sentence(const Tokenizer& tokenizer, const std::string& text, const std::string& file,
+                                          std::int64_t line) {
+  try {
+    return tokenizer.encode(text);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{} line {}: {}", file, line, e.message()), e.hint());
+  }
+}
+
 }  // namespace
 
 std::pair<std::int64_t, std::int64_t> truncate_longest_first(std::int64_t a, std::int64_t b, std::int64_t max_len) {
@@ -186,84 +295,14 @@ TextPairsDataset::TextPairsDataset(const TextPairsOptions& options) : options_(o
 
   // --- labels to class indices ---
   label_names_ = options.labels.empty() ? sorted_labels(rows.label) : options.labels;
-  std::map<std::string, std::int64_t> index;
-  for (std::size_t i = 0; i < label_names_.size(); ++i) {
-    BELLOWS_CHECK_CONFIG(index.emplace(label_names_[i], static_cast<std::int64_t>(i)).second,
-                         fmt::format("data.text.labels lists '{}' twice", label_names_[i]), "list each label once");
-  }
-  labels_.reserve(rows.label.size());
-  for (std::size_t r = 0; r < rows.label.size(); ++r) {
-    const auto it = index.find(rows.label[r]);
-    if (it == index.end()) {
-      const auto best = closest_match(rows.label[r], label_names_);
-      BELLOWS_FAIL(ErrorKind::kData,
-                   fmt::format("{} line {}: unknown label '{}'; the labels are {}", file, rows.lines[r], shown(rows.label[r]),
-                               fmt::join(label_names_, ", ")),
-                   best ? fmt::format("did you mean '{}'? (data.text.labels lists the labels in class order)", *best)
-                        : "add it to data.text.labels, or fix the row");
-    }
-    labels_.push_back(it->second);
-  }
+  labels_ = class_indices(rows, label_names_, file);
   lines_ = std::move(rows.lines);
 
   // --- the vocabulary: given, loaded, cached or trained ---
-  if (options.vocabulary) {
-    tokenizer_ = options.vocabulary;
-    tokenizer_path_ = options.tokenizer;
-  } else if (!options.tokenizer.empty()) {
-    tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::load(options.tokenizer));
-    tokenizer_path_ = options.tokenizer;
-  } else {
-    std::vector<std::string> sentences;
-    sentences.reserve(2 * rows.premise.size());
-    for (std::size_t r = 0; r < rows.premise.size(); ++r) {
-      sentences.push_back(rows.premise[r]);
-      sentences.push_back(rows.hypothesis[r]);
-    }
-    const std::string key = cache_key(sentences, options.train);
-    std::vector<fs::path> candidates;
-    fs::path target;
-    if (!options.tokenizer_cache.empty()) {
-      candidates = {options.tokenizer_cache};
-      target = options.tokenizer_cache;
-    } else {
-      const std::string name = fmt::format("{}.spm-{}-{}.model", options.path.filename().string(), options.train.model_type,
-                                           options.train.vocab_size);
-      const fs::path beside = options.path.parent_path() / name;
-      const fs::path dir = beside.has_parent_path() ? beside.parent_path() : fs::path(".");
-      const fs::path elsewhere = user_cache_path(options.path, name);
-      candidates = {beside};
-      if (!elsewhere.empty()) candidates.push_back(elsewhere);
-      target = ::access(dir.c_str(), W_OK) == 0 ? beside : elsewhere;
-    }
-    for (const auto& p : candidates) {
-      if (read_text(p.string() + ".key") != key) continue;
-      tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::load(p));
-      tokenizer_path_ = p;
-      break;
-    }
-    if (!tokenizer_) {
-      tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::from_serialized(Tokenizer::train(sentences, options.train),
-                                                                                fmt::format("trained on {}", file)));
-      trained_ = true;
-      std::error_code ec;
-      if (!target.empty() && target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-      bool written = false;
-      if (!target.empty()) {
-        try {
-          tokenizer_->save(target);
-          written = write_text(target.string() + ".key", key);  // the key last: a key implies a complete model
-        } catch (const Error&) {
-          written = false;
-        }
-      }
-      // A cache the user named must work; the default location is a convenience.
-      BELLOWS_CHECK_RESOURCE(written || options.tokenizer_cache.empty(),
-                             fmt::format("cannot write the tokenizer cache {}", options.tokenizer_cache.string()),
-                             "set data.text.tokenizer_cache to a writable path, or leave it empty");
-      if (written) tokenizer_path_ = target;
-    }
-  }
+  PairsVocabulary vocabulary = pairs_vocabulary(options, rows);
+  tokenizer_ = std::move(vocabulary.tokenizer);
+  tokenizer_path_ = std::move(vocabulary.path);
+  trained_ = vocabulary.trained;
 
   // --- tokenize every row once ---
   offsets_.reserve(2 * lines_.size() + 1);
@@ -271,13 +310,7 @@ TextPairsDataset::TextPairsDataset(const TextPairsOptions& options) : options_(o
   for (std::size_t r = 0; r < lines_.size(); ++r) {
     std::int64_t parts[2] = {0, 0};
     for (int side = 0; side < 2; ++side) {
-      const std::string& text = side == 0 ? rows.premise[r] : rows.hypothesis[r];
-      std::vector<std::int64_t> ids;
-      try {
-        ids = tokenizer_->encode(text);
-      } catch (const Error& e) {
-        throw Error(e.kind(), fmt::format("{} line {}: {}", file, lines_[r], e.message()), e.hint());
-      }
+      const std::vector<std::int64_t> ids = encode_sentence(*tokenizer_, side == 0 ? rows.premise[r] : rows.hypothesis[r], file, lines_[r]);
       for (const std::int64_t id : ids) tokens_.push_back(static_cast<std::int32_t>(id));
       offsets_.push_back(static_cast<std::int64_t>(tokens_.size()));
       parts[side] = static_cast<std::int64_t>(ids.size());

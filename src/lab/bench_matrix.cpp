@@ -23,100 +23,123 @@ namespace bellows::lab {
 
 namespace matrix_impl {  // named, not anonymous: the unity build compiles this file with the other app sources
 
+// A row of the matrix; `skipped` says why it is not measured ("" measured).
+void add_matrix_row(std::vector<MatrixRow>& rows, std::string id, std::string label, std::vector<std::string> overrides,
+                    std::string expected, std::string skipped = "") {
+  MatrixRow r;
+  r.id = std::move(id);
+  r.label = std::move(label);
+  r.overrides = std::move(overrides);
+  r.expected = std::move(expected);
+  r.skipped = std::move(skipped);
+  rows.push_back(std::move(r));
+}
+
+// Precision: mixed precision on where the baseline is full precision, off where it is mixed (the registry's most
+// exact policy); where `auto` picks no mixed policy here, the one it would prefer is listed unmeasured with its caveat.
+void add_precision_row(std::vector<MatrixRow>& rows, const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p) {
+  const std::string auto_pick = app::plan_with_auto_precision(c, hw).precision;
+  const std::vector<precision::PrecisionEntry> policies = precision::precision_entries();  // most exact first
+  const std::string expected = "mixed precision (AMP): ~2x, ~50% less memory";
+  if (precision::find_precision(p.precision).mixed()) {
+    const std::string exact = "precision=" + policies.front().name;
+    add_matrix_row(rows, "precision", exact, {exact}, expected);
+  } else if (auto_pick != p.precision) {
+    add_matrix_row(rows, "precision", "precision=" + auto_pick, {"precision=" + auto_pick}, expected);
+  } else {
+    const precision::PrecisionEntry* preferred = nullptr;  // the mixed policy `auto` prefers where it can
+    for (const auto& e : policies) {
+      if (e.mixed() && (preferred == nullptr || e.auto_preference > preferred->auto_preference)) preferred = &e;
+    }
+    if (preferred != nullptr) {
+      const precision::DeviceFacts device = p.device.is_cpu() ? hw::device_facts(hw.cpu) : hw::device_facts(hw.cuda.gpus.at(static_cast<std::size_t>(std::max<int>(0, p.device.index()))));
+      const std::string caveat = preferred->caveat ? preferred->caveat(device) : std::string();
+      add_matrix_row(rows, "precision", "precision=" + preferred->name, {}, expected,
+                     "not measured: " + (caveat.empty() ? std::string("precision: auto does not pick it here") : caveat));
+    }
+  }
+}
+
+// The loader: workers (prefetching in threads) and the depth of its queue.
+void add_loader_rows(std::vector<MatrixRow>& rows, const config::Config& c, const plan::Plan& p) {
+  const std::int64_t prefetch = config::get_int(c, "data.prefetch");
+  if (config::get_string(c, "data.source") == "stream") {
+    add_matrix_row(rows, "workers", "data.workers", {}, "prefetching loader: 20-40%", "not measured: data.source: stream (the program pushes the samples)");
+    add_matrix_row(rows, "prefetch", "data.prefetch", {}, "deeper prefetch queue", "not measured: data.source: stream");
+  } else if (p.workers > 0) {
+    add_matrix_row(rows, "workers", "data.workers=0 (no prefetching)", {"data.workers=0"}, "prefetching loader: 20-40%");
+    add_matrix_row(rows, "prefetch", fmt::format("data.prefetch={}", 2 * prefetch), {fmt::format("data.prefetch={}", 2 * prefetch)}, "deeper prefetch queue");
+  } else {
+    add_matrix_row(rows, "workers", "data.workers=1 (prefetching)", {"data.workers=1", fmt::format("data.prefetch={}", std::max<std::int64_t>(2, prefetch))},
+                   "prefetching loader: 20-40%");
+    add_matrix_row(rows, "prefetch", fmt::format("data.workers=1 data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch)),
+                   {"data.workers=1", fmt::format("data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch))}, "deeper prefetch queue");
+  }
+}
+
+// Memory format (models with 2-D convolutions), then the optimizer's kernels.
+void add_layout_and_optimizer_rows(std::vector<MatrixRow>& rows, const config::Config& c, const models::ModelEntry& model, bool convolutional) {
+  const bool cl = config::get_bool(c, "channels_last");
+  if (convolutional) add_matrix_row(rows, "channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
+  else add_matrix_row(rows, "channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no 2-D convolutions (channels_last lays out their 4-D tensors)", model.name));
+  const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
+  add_matrix_row(rows, "optimizer", foreach ? "optim.implementation=fused" : "optim.implementation=foreach", {foreach ? "optim.implementation=fused" : "optim.implementation=foreach"},
+                 "fused optimizer: fewer kernel launches than foreach");
+}
+
+// Accumulation: the same samples per optimizer step in twice as many micro-batches.
+void add_accumulation_row(std::vector<MatrixRow>& rows, const config::Config& c) {
+  if (config::is_word(c, "data.batch_size", "auto")) {
+    add_matrix_row(rows, "accumulation", "accumulation x2", {}, "accumulation: same samples per step, smaller micro-batches", "not measured: data.batch_size is auto (the finder chooses the split)");
+    return;
+  }
+  const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
+  if (b >= 2 && b % 2 == 0) {
+    add_matrix_row(rows, "accumulation", fmt::format("data.batch_size={} train.accumulation_steps={}", b / 2, 2 * a),
+                   {fmt::format("data.batch_size={}", b / 2), fmt::format("train.accumulation_steps={}", 2 * a)}, "accumulation: same samples per step, smaller micro-batches");
+  } else {
+    add_matrix_row(rows, "accumulation", "accumulation x2", {}, "accumulation", fmt::format("not measured: data.batch_size {} is not even", b));
+  }
+}
+
+// Activation checkpointing of every block (a model without blocks: its trial's refusal makes the row not applicable).
+void add_checkpointing_row(std::vector<MatrixRow>& rows, const config::Config& c) {
+  if (config::get_string_list(c, "checkpointing").empty()) {
+    add_matrix_row(rows, "checkpointing", "checkpointing=[*]", {"checkpointing=['*']"}, "activation checkpointing: ~50% less memory, ~30% slower");
+  } else {
+    add_matrix_row(rows, "checkpointing", "checkpointing=[]", {"checkpointing=[]"}, "activation checkpointing: ~50% less memory, ~30% slower");
+  }
+}
+
+// CUDA only: cuDNN's algorithm search (models with 2-D convolutions) and whole steps as CUDA graphs.
+void add_cuda_rows(std::vector<MatrixRow>& rows, const config::Config& c, const plan::Plan& p, const models::ModelEntry& model, bool convolutional) {
+  if (p.device.is_cpu()) {
+    add_matrix_row(rows, "cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", "not applicable: CUDA only");
+    add_matrix_row(rows, "cuda_graphs", "CUDA graphs", {}, "CUDA graphs: less launch overhead", "not applicable: CUDA only");
+    return;
+  }
+  if (convolutional) {
+    add_matrix_row(rows, "cudnn_benchmark", fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark), {fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark)},
+                   "cuDNN benchmark: 10-30% (convolutions)");
+  } else {
+    add_matrix_row(rows, "cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not measured: model {} has no 2-D convolutions (the matrix tries cuDNN's search with those)", model.name));
+  }
+  const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
+  add_matrix_row(rows, "cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
+}
+
 // The rows for this config on this machine: each one optimization switched relative to the configured run.
 std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareInfo& hw) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
   const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
   const bool convolutional = models::is_convolutional(model, c);
-  const bool cpu = p.device.is_cpu();
   std::vector<MatrixRow> rows;
-  auto row = [&](std::string id, std::string label, std::vector<std::string> overrides, std::string expected, std::string skipped = "") {
-    MatrixRow r;
-    r.id = std::move(id);
-    r.label = std::move(label);
-    r.overrides = std::move(overrides);
-    r.expected = std::move(expected);
-    r.skipped = std::move(skipped);
-    rows.push_back(std::move(r));
-  };
-  // Precision: mixed precision on where the baseline is full precision, off where it is mixed (the registry's most
-  // exact policy); where `auto` picks no mixed policy here, the one it would prefer is listed unmeasured with its caveat.
-  {
-    const std::string auto_pick = app::plan_with_auto_precision(c, hw).precision;
-    const std::vector<precision::PrecisionEntry> policies = precision::precision_entries();  // most exact first
-    const std::string expected = "mixed precision (AMP): ~2x, ~50% less memory";
-    if (precision::find_precision(p.precision).mixed()) {
-      const std::string exact = "precision=" + policies.front().name;
-      row("precision", exact, {exact}, expected);
-    } else if (auto_pick != p.precision) {
-      row("precision", "precision=" + auto_pick, {"precision=" + auto_pick}, expected);
-    } else {
-      const precision::PrecisionEntry* preferred = nullptr;  // the mixed policy `auto` prefers where it can
-      for (const auto& e : policies) {
-        if (e.mixed() && (preferred == nullptr || e.auto_preference > preferred->auto_preference)) preferred = &e;
-      }
-      if (preferred != nullptr) {
-        const precision::DeviceFacts device = cpu ? hw::device_facts(hw.cpu) : hw::device_facts(hw.cuda.gpus.at(static_cast<std::size_t>(std::max<int>(0, p.device.index()))));
-        const std::string caveat = preferred->caveat ? preferred->caveat(device) : std::string();
-        row("precision", "precision=" + preferred->name, {}, expected,
-            "not measured: " + (caveat.empty() ? std::string("precision: auto does not pick it here") : caveat));
-      }
-    }
-  }
-  // The loader: workers (prefetching in threads) and the depth of its queue.
-  const std::int64_t prefetch = config::get_int(c, "data.prefetch");
-  if (config::get_string(c, "data.source") == "stream") {
-    row("workers", "data.workers", {}, "prefetching loader: 20-40%", "not measured: data.source: stream (the program pushes the samples)");
-    row("prefetch", "data.prefetch", {}, "deeper prefetch queue", "not measured: data.source: stream");
-  } else if (p.workers > 0) {
-    row("workers", "data.workers=0 (no prefetching)", {"data.workers=0"}, "prefetching loader: 20-40%");
-    row("prefetch", fmt::format("data.prefetch={}", 2 * prefetch), {fmt::format("data.prefetch={}", 2 * prefetch)}, "deeper prefetch queue");
-  } else {
-    row("workers", "data.workers=1 (prefetching)", {"data.workers=1", fmt::format("data.prefetch={}", std::max<std::int64_t>(2, prefetch))},
-        "prefetching loader: 20-40%");
-    row("prefetch", fmt::format("data.workers=1 data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch)),
-        {"data.workers=1", fmt::format("data.prefetch={}", 2 * std::max<std::int64_t>(2, prefetch))}, "deeper prefetch queue");
-  }
-  // Memory format.
-  const bool cl = config::get_bool(c, "channels_last");
-  if (convolutional) row("channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
-  else row("channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no 2-D convolutions (channels_last lays out their 4-D tensors)", model.name));
-  // The optimizer's kernels.
-  const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
-  row("optimizer", foreach ? "optim.implementation=fused" : "optim.implementation=foreach", {foreach ? "optim.implementation=fused" : "optim.implementation=foreach"},
-      "fused optimizer: fewer kernel launches than foreach");
-  // Accumulation: the same samples per optimizer step in twice as many micro-batches.
-  if (config::is_word(c, "data.batch_size", "auto")) {
-    row("accumulation", "accumulation x2", {}, "accumulation: same samples per step, smaller micro-batches", "not measured: data.batch_size is auto (the finder chooses the split)");
-  } else {
-    const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
-    if (b >= 2 && b % 2 == 0) {
-      row("accumulation", fmt::format("data.batch_size={} train.accumulation_steps={}", b / 2, 2 * a),
-          {fmt::format("data.batch_size={}", b / 2), fmt::format("train.accumulation_steps={}", 2 * a)}, "accumulation: same samples per step, smaller micro-batches");
-    } else {
-      row("accumulation", "accumulation x2", {}, "accumulation", fmt::format("not measured: data.batch_size {} is not even", b));
-    }
-  }
-  // Activation checkpointing of every block (a model without blocks: its trial's refusal makes the row not applicable).
-  if (config::get_string_list(c, "checkpointing").empty()) {
-    row("checkpointing", "checkpointing=[*]", {"checkpointing=['*']"}, "activation checkpointing: ~50% less memory, ~30% slower");
-  } else {
-    row("checkpointing", "checkpointing=[]", {"checkpointing=[]"}, "activation checkpointing: ~50% less memory, ~30% slower");
-  }
-  // CUDA only.
-  if (cpu) {
-    row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", "not applicable: CUDA only");
-    row("cuda_graphs", "CUDA graphs", {}, "CUDA graphs: less launch overhead", "not applicable: CUDA only");
-  } else {
-    if (convolutional) {
-      row("cudnn_benchmark", fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark), {fmt::format("cudnn_benchmark={}", !p.cudnn_benchmark)},
-          "cuDNN benchmark: 10-30% (convolutions)");
-    } else {
-      row("cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not measured: model {} has no 2-D convolutions (the matrix tries cuDNN's search with those)", model.name));
-    }
-    const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
-    row("cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
-  }
+  add_precision_row(rows, c, hw, p);
+  add_loader_rows(rows, c, p);
+  add_layout_and_optimizer_rows(rows, c, model, convolutional);
+  add_accumulation_row(rows, c);
+  add_checkpointing_row(rows, c);
+  add_cuda_rows(rows, c, p, model, convolutional);
   return rows;
 }
 
@@ -158,21 +181,10 @@ nlohmann::json row_json(const MatrixRow& r) {
 
 using namespace matrix_impl;
 
-MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options) {
-  BELLOWS_CHECK_CONFIG(options.rounds >= 1, fmt::format("--rounds {} : expected at least 1", options.rounds), "e.g. --rounds 3");
-  BELLOWS_CHECK_CONFIG(options.trial_seconds > 0 && std::isfinite(options.trial_seconds),
-                       fmt::format("--trial-seconds {}: expected > 0", options.trial_seconds), "e.g. --trial-seconds 3");
-  const auto start = std::chrono::steady_clock::now();
-  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  MatrixReport report;
-  report.config_name = config::get_string(c, "name");
-  report.machine = app::machine_line(hw);
-  report.rounds = options.rounds;
-  report.trial_seconds = options.trial_seconds;
-  report.baseline = {"baseline", "as configured", {}, "", "", {}, 0, 0, 0, -1, 1, 1, ""};
-  report.rows = matrix_rows(c, hw);
+namespace matrix_impl {
 
-  TrialRunner runner(c, "bench", options.progress, options.stop_flag);
+// Interleaved rounds of a trial per measured row, the baseline among them.
+void run_matrix_rounds(TrialRunner& runner, MatrixReport& report, const MatrixOptions& options) {
   std::vector<MatrixRow*> order{&report.baseline};
   for (auto& r : report.rows) {
     if (r.skipped.empty()) order.push_back(&r);
@@ -196,8 +208,10 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
       r.trials.push_back(std::move(t));
     }
   }
-  BELLOWS_CHECK_RESOURCE(report.baseline.error.empty() || runner.stopped(),
-                         fmt::format("the configured run failed in its trial: {}", report.baseline.error), "run bellows train with this config to see why");
+}
+
+// Each measured row's medians, and its speed and memory as ratios to the baseline's.
+void summarise_matrix(MatrixReport& report) {
   summarise_row(report.baseline);
   for (auto& r : report.rows) {
     if (!r.skipped.empty()) continue;
@@ -209,6 +223,29 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
     if (report.baseline.median_samples_per_s > 0 && r.median_samples_per_s > 0) r.speedup = r.median_samples_per_s / report.baseline.median_samples_per_s;
     if (report.baseline.median_peak_mb > 0 && r.median_peak_mb > 0) r.memory_ratio = r.median_peak_mb / report.baseline.median_peak_mb;
   }
+}
+
+}  // namespace matrix_impl
+
+MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options) {
+  BELLOWS_CHECK_CONFIG(options.rounds >= 1, fmt::format("--rounds {} : expected at least 1", options.rounds), "e.g. --rounds 3");
+  BELLOWS_CHECK_CONFIG(options.trial_seconds > 0 && std::isfinite(options.trial_seconds),
+                       fmt::format("--trial-seconds {}: expected > 0", options.trial_seconds), "e.g. --trial-seconds 3");
+  const auto start = std::chrono::steady_clock::now();
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  MatrixReport report;
+  report.config_name = config::get_string(c, "name");
+  report.machine = app::machine_line(hw);
+  report.rounds = options.rounds;
+  report.trial_seconds = options.trial_seconds;
+  report.baseline = {"baseline", "as configured", {}, "", "", {}, 0, 0, 0, -1, 1, 1, ""};
+  report.rows = matrix_rows(c, hw);
+
+  TrialRunner runner(c, "bench", options.progress, options.stop_flag);
+  run_matrix_rounds(runner, report, options);
+  BELLOWS_CHECK_RESOURCE(report.baseline.error.empty() || runner.stopped(),
+                         fmt::format("the configured run failed in its trial: {}", report.baseline.error), "run bellows train with this config to see why");
+  summarise_matrix(report);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

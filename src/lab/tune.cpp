@@ -154,6 +154,85 @@ double memory_budget_mb(const config::Config& c, const Trial& base, const hw::Ha
   return hw.memory.available_bytes / 1e6;
 }
 
+// --- the space's dimensions, in the order they are searched ---
+
+// The configured precision first, then the candidates here; only with plan.allow: [precision].
+void add_precision_dimension(TuneSpace& space, const config::Config& c, const plan::Plan& p, const hw::HardwareInfo& hw, bool allowed) {
+  if (!allowed) {
+    space.notes.push_back(fmt::format("precision: not searched (it changes the numerics; plan.allow: [precision] lets the tuner choose), {} as planned", p.precision));
+  } else if (app::on_command_line(c, "precision")) {
+    space.notes.push_back("precision: not searched (set on the command line)");
+  } else {
+    std::string note;
+    TuneDimension d{"precision", {{p.precision + " (configured)", {}}}, true};
+    for (const auto& candidate : precision_candidates(c, p, hw, &note)) d.values.push_back({candidate, {"precision=" + candidate}});
+    if (!note.empty()) space.notes.push_back(note);
+    if (d.values.size() > 1) space.dimensions.push_back(std::move(d));
+  }
+}
+
+// micro-batch x accumulation, the samples per optimizer step kept; only with plan.allow: [batch_size].
+void add_micro_batch_dimension(TuneSpace& space, const config::Config& c, bool allowed) {
+  if (!allowed) {
+    space.notes.push_back("micro_batch: not searched (a different micro-batch changes the numerics: rounding, batch statistics; "
+                          "plan.allow: [batch_size] lets the tuner choose)");
+  } else if (config::is_word(c, "data.batch_size", "auto")) {
+    space.notes.push_back("micro_batch: not searched (data.batch_size: auto: the batch-size finder measures it in the run)");
+  } else if (const std::string k = first_on_command_line(c, {"data.batch_size", "train.accumulation_steps"}); !k.empty()) {
+    space.notes.push_back(fmt::format("micro_batch: not searched ({} is set on the command line)", k));
+  } else {
+    const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
+    TuneDimension d{"micro_batch", {{fmt::format("{} x {} (configured)", b, a), {}}}, true};
+    auto add = [&](std::int64_t mb, std::int64_t acc) {
+      d.values.push_back({fmt::format("batch {} x accumulation {}", mb, acc), {fmt::format("data.batch_size={}", mb), fmt::format("train.accumulation_steps={}", acc)}});
+    };
+    if (b % 2 == 0 && b >= 2) add(b / 2, 2 * a);
+    if (a % 2 == 0) add(2 * b, a / 2);
+    if (d.values.size() > 1) space.dimensions.push_back(std::move(d));
+  }
+}
+
+// channels_last, cuDNN's algorithm search: models with 2-D convolutions (4-D tensors)
+void add_convolution_dimensions(TuneSpace& space, const config::Config& c, const plan::Plan& p, const models::ModelEntry& model, bool convolutional) {
+  if (!convolutional) {
+    space.notes.push_back(fmt::format("channels_last: not searched (model {} has no 2-D convolutions, whose 4-D tensors channels_last lays out)", model.name));
+  } else if (app::on_command_line(c, "channels_last")) {
+    space.notes.push_back("channels_last: not searched (set on the command line)");
+  } else {
+    const bool cl = config::get_bool(c, "channels_last");
+    space.dimensions.push_back({"channels_last", {{fmt::format("channels_last={} (configured)", cl), {}}, {fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}}}, false});
+  }
+  if (!p.device.is_cpu() && convolutional && !app::on_command_line(c, "cudnn_benchmark")) {
+    const bool on = p.cudnn_benchmark;
+    space.dimensions.push_back({"cudnn_benchmark", {{fmt::format("cudnn_benchmark={} (configured)", on), {}}, {fmt::format("cudnn_benchmark={}", !on), {fmt::format("cudnn_benchmark={}", !on)}}}, false});
+  }
+}
+
+// activation checkpointing: only where memory can be what limits the run
+void add_checkpointing_dimension(TuneSpace& space, const config::Config& c, const plan::Plan& p) {
+  if (p.device.is_cpu() && config::get_double(c, "memory_budget_gib") <= 0) {
+    space.notes.push_back("checkpointing: not searched (it trades time for memory; on the CPU without memory_budget_gib the memory is not the limit)");
+  } else if (app::on_command_line(c, "checkpointing")) {
+    space.notes.push_back("checkpointing: not searched (set on the command line)");
+  } else {
+    const bool none = config::get_string_list(c, "checkpointing").empty();
+    space.dimensions.push_back({"checkpointing", {{none ? "no checkpointing (configured)" : "checkpointing as configured", {}},
+                                                  {none ? "checkpointing=[*]" : "checkpointing=[]", {none ? "checkpointing=['*']" : "checkpointing=[]"}}}, false});
+  }
+}
+
+// whole steps as CUDA graphs: a trial that cannot capture (train/step_graph.h) trains eagerly and says why
+void add_compile_dimension(TuneSpace& space, const config::Config& c, const plan::Plan& p) {
+  if (p.device.is_cpu()) return;
+  if (app::on_command_line(c, "compile")) {
+    space.notes.push_back("compile: not searched (set on the command line)");
+  } else {
+    const std::string configured = config::get_string(c, "compile");
+    const std::string other = configured == "off" ? "compile=cuda_graph" : "compile=off";
+    space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", configured), {}}, {other, {other}}}, false});
+  }
+}
+
 }  // namespace tune_impl
 
 using namespace tune_impl;
@@ -176,80 +255,19 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
   const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
   const bool convolutional = models::is_convolutional(model, c);
-
-  // precision
-  if (!allowed("precision")) {
-    space.notes.push_back(fmt::format("precision: not searched (it changes the numerics; plan.allow: [precision] lets the tuner choose), {} as planned", p.precision));
-  } else if (app::on_command_line(c, "precision")) {
-    space.notes.push_back("precision: not searched (set on the command line)");
-  } else {
-    std::string note;
-    TuneDimension d{"precision", {{p.precision + " (configured)", {}}}, true};
-    for (const auto& candidate : precision_candidates(c, p, hw, &note)) d.values.push_back({candidate, {"precision=" + candidate}});
-    if (!note.empty()) space.notes.push_back(note);
-    if (d.values.size() > 1) space.dimensions.push_back(std::move(d));
-  }
-  // micro-batch x accumulation, the samples per optimizer step kept
-  if (!allowed("batch_size")) {
-    space.notes.push_back("micro_batch: not searched (a different micro-batch changes the numerics: rounding, batch statistics; "
-                          "plan.allow: [batch_size] lets the tuner choose)");
-  } else if (config::is_word(c, "data.batch_size", "auto")) {
-    space.notes.push_back("micro_batch: not searched (data.batch_size: auto: the batch-size finder measures it in the run)");
-  } else if (const std::string k = first_on_command_line(c, {"data.batch_size", "train.accumulation_steps"}); !k.empty()) {
-    space.notes.push_back(fmt::format("micro_batch: not searched ({} is set on the command line)", k));
-  } else {
-    const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
-    TuneDimension d{"micro_batch", {{fmt::format("{} x {} (configured)", b, a), {}}}, true};
-    auto add = [&](std::int64_t mb, std::int64_t acc) {
-      d.values.push_back({fmt::format("batch {} x accumulation {}", mb, acc), {fmt::format("data.batch_size={}", mb), fmt::format("train.accumulation_steps={}", acc)}});
-    };
-    if (b % 2 == 0 && b >= 2) add(b / 2, 2 * a);
-    if (a % 2 == 0) add(2 * b, a / 2);
-    if (d.values.size() > 1) space.dimensions.push_back(std::move(d));
-  }
+  add_precision_dimension(space, c, p, hw, allowed("precision"));
+  add_micro_batch_dimension(space, c, allowed("batch_size"));
   add_loader_dimension(space, c, p, hw);
-  // channels_last, cuDNN's algorithm search: models with 2-D convolutions (4-D tensors)
-  if (!convolutional) {
-    space.notes.push_back(fmt::format("channels_last: not searched (model {} has no 2-D convolutions, whose 4-D tensors channels_last lays out)", model.name));
-  } else if (app::on_command_line(c, "channels_last")) {
-    space.notes.push_back("channels_last: not searched (set on the command line)");
-  } else {
-    const bool cl = config::get_bool(c, "channels_last");
-    space.dimensions.push_back({"channels_last", {{fmt::format("channels_last={} (configured)", cl), {}}, {fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}}}, false});
-  }
-  if (!p.device.is_cpu() && convolutional && !app::on_command_line(c, "cudnn_benchmark")) {
-    const bool on = p.cudnn_benchmark;
-    space.dimensions.push_back({"cudnn_benchmark", {{fmt::format("cudnn_benchmark={} (configured)", on), {}}, {fmt::format("cudnn_benchmark={}", !on), {fmt::format("cudnn_benchmark={}", !on)}}}, false});
-  }
-  // activation checkpointing: only where memory can be what limits the run
-  if (p.device.is_cpu() && config::get_double(c, "memory_budget_gib") <= 0) {
-    space.notes.push_back("checkpointing: not searched (it trades time for memory; on the CPU without memory_budget_gib the memory is not the limit)");
-  } else if (app::on_command_line(c, "checkpointing")) {
-    space.notes.push_back("checkpointing: not searched (set on the command line)");
-  } else {
-    const bool none = config::get_string_list(c, "checkpointing").empty();
-    space.dimensions.push_back({"checkpointing", {{none ? "no checkpointing (configured)" : "checkpointing as configured", {}},
-                                                  {none ? "checkpointing=[*]" : "checkpointing=[]", {none ? "checkpointing=['*']" : "checkpointing=[]"}}}, false});
-  }
-  // whole steps as CUDA graphs: a trial that cannot capture (train/step_graph.h) trains eagerly and says why
-  if (!p.device.is_cpu()) {
-    if (app::on_command_line(c, "compile")) {
-      space.notes.push_back("compile: not searched (set on the command line)");
-    } else {
-      const std::string configured = config::get_string(c, "compile");
-      const std::string other = configured == "off" ? "compile=cuda_graph" : "compile=off";
-      space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", configured), {}}, {other, {other}}}, false});
-    }
-  }
+  add_convolution_dimensions(space, c, p, model, convolutional);
+  add_checkpointing_dimension(space, c, p);
+  add_compile_dimension(space, c, p);
   return space;
 }
 
-TuneReport tune(const config::Config& c, const TuneOptions& options) {
-  BELLOWS_CHECK_CONFIG(options.budget_s > 0 && std::isfinite(options.budget_s), fmt::format("the tuner's budget is {} s, expected > 0", options.budget_s),
-                       "give --budget a duration such as 60s or 2m");
-  const Clock::time_point start = Clock::now();
-  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
-  TuneSpace space = tune_space(c, hw);
+namespace tune_impl {
+
+// The report's header: the config, the machine, the budget and what is not searched.
+TuneReport begin_tune_report(const config::Config& c, const TuneOptions& options, const hw::HardwareInfo& hw, const TuneSpace& space) {
   TuneReport plan;
   plan.config_name = config::get_string(c, "name");
   plan.config_key = app::tune_config_key(c);
@@ -259,9 +277,203 @@ TuneReport tune(const config::Config& c, const TuneOptions& options) {
   plan.budget_s = options.budget_s;
   plan.allow = config::get_string_list(c, "plan.allow");
   plan.notes = space.notes;
+  return plan;
+}
+
+// A loader value that sets what the baseline ran (the configured `auto`s resolved) is the baseline again; then
+// dimensions left with one value are not searched.
+void drop_baseline_repeats(TuneSpace& space, const Trial& base) {
+  for (auto& dim : space.dimensions) {
+    if (dim.id != "loader") continue;
+    dim.values.erase(std::remove_if(dim.values.begin() + 1, dim.values.end(), [&](const TuneValue& v) { return same_loader(v, base); }),
+                     dim.values.end());
+  }
+  std::erase_if(space.dimensions, [](const TuneDimension& d) { return d.values.size() < 2; });
+}
+
+// The search in progress: the trials so far (in the report) and the best point.
+struct TuneSearch {
+  TrialRunner& runner;
+  const TuneSpace& space;
+  TuneReport& plan;
+  const TuneOptions& options;
+  Clock::time_point start;
+  double full = 0;     // seconds of a full trial
+  double setup_s = 0;  // a trial's setup, as the baseline's
+  double short_s = 0;  // seconds of a candidate's trial
+  Trial best;
+  std::vector<std::size_t> best_idx;
+  bool out_of_budget = false;
+};
+
+// Every point, in mixed-radix order (the baseline, all zeros, is measured already).
+void tune_grid(TuneSearch& s) {
+  const std::size_t dims = s.space.dimensions.size();
+  std::vector<std::size_t> idx(dims, 0);
+  for (std::size_t n = 1; n < s.space.grid_size() && !s.runner.stopped(); ++n) {
+    for (std::size_t d = 0; d < dims; ++d) {  // increment
+      if (++idx[d] < s.space.dimensions[d].values.size()) break;
+      idx[d] = 0;
+    }
+    Trial t = s.runner.run(point_name(s.space, idx), point_overrides(s.space, idx), s.full, kFullTrialSteps);
+    s.plan.trials.push_back({t, "", t.measured() ? "grid" : "failed"});
+    if (t.measured() && t.samples_per_s > s.best.samples_per_s) {
+      s.best = t;
+      s.best_idx = idx;
+    }
+  }
+}
+
+// Short trials of `candidates` (values of dimension d): the fastest that beats the best by kTuneMinGain, if any.
+std::optional<std::pair<std::size_t, Trial>> tune_candidates(TuneSearch& s, std::size_t d, const std::vector<std::size_t>& candidates) {
+  const TuneDimension& dim = s.space.dimensions[d];
+  std::optional<std::pair<std::size_t, Trial>> leader;
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const std::size_t v = candidates[k];
+    if (seconds_since(s.start) + s.setup_s + s.short_s > s.options.budget_s) {
+      s.plan.notes.push_back(fmt::format("budget: {} of {}'s {} candidates not tried ({:.0f} s of {:.0f} s used)", candidates.size() - k,
+                                         dim.id, candidates.size(), seconds_since(s.start), s.options.budget_s));
+      s.out_of_budget = true;
+      break;
+    }
+    std::vector<std::size_t> idx = s.best_idx;
+    idx[d] = v;
+    Trial t = s.runner.run(point_name(s.space, idx), point_overrides(s.space, idx), s.short_s, kCandidateTrialSteps, false, kLoserRatio * s.best.samples_per_s);
+    std::string status = !t.measured() ? "failed" : t.stopped_early ? "loser" : "slower";
+    if (t.measured() && !t.stopped_early && t.samples_per_s >= kTuneMinGain * s.best.samples_per_s &&
+        (!leader || t.samples_per_s > leader->second.samples_per_s)) {
+      leader = std::make_pair(v, t);
+      status = "candidate";
+    }
+    s.plan.trials.push_back({t, dim.id, status});
+  }
+  return leader;
+}
+
+// One stage: short trials of `candidates`, then the leader confirmed at full length and adopted if faster.
+void tune_stage(TuneSearch& s, std::size_t d, const std::vector<std::size_t>& candidates) {
+  const auto leader = tune_candidates(s, d, candidates);
+  if (!leader) return;
+  std::vector<std::size_t> idx = s.best_idx;
+  idx[d] = leader->first;
+  if (seconds_since(s.start) + s.setup_s + s.full > s.options.budget_s) {
+    s.plan.notes.push_back(fmt::format("budget: {} ({:.2f}x in its short trial) not confirmed, not adopted", point_name(s.space, idx),
+                                       leader->second.samples_per_s / s.best.samples_per_s));
+    s.out_of_budget = true;
+    return;
+  }
+  Trial t = s.runner.run(point_name(s.space, idx), point_overrides(s.space, idx), s.full, kFullTrialSteps);
+  const bool adopt = t.measured() && t.samples_per_s > s.best.samples_per_s;
+  s.plan.trials.push_back({t, s.space.dimensions[d].id, adopt ? "adopted" : "not confirmed"});
+  if (adopt) {
+    s.best = t;
+    s.best_idx = idx;
+  }
+}
+
+// The loader in two stages. First the number of workers, each with the most threads and the shallowest
+// prefetch; then, for the workers chosen, fewer threads, and a deeper prefetch only where the step waits for
+// data (a deeper queue helps only a consumer that waits).
+void tune_loader(TuneSearch& s, std::size_t d) {
+  const TuneDimension& dim = s.space.dimensions[d];
+  std::int64_t most_threads = 0;
+  for (const auto& v : dim.values) most_threads = std::max(most_threads, loader_setting(v).threads);
+  std::map<std::int64_t, std::int64_t> shallowest;  // workers -> prefetch
+  for (std::size_t v = 1; v < dim.values.size(); ++v) {
+    const LoaderSetting l = loader_setting(dim.values[v]);
+    if (!shallowest.count(l.workers) || l.prefetch < shallowest[l.workers]) shallowest[l.workers] = l.prefetch;
+  }
+  std::vector<std::size_t> stage;
+  for (std::size_t v = 1; v < dim.values.size(); ++v) {
+    const LoaderSetting l = loader_setting(dim.values[v]);
+    if (l.threads == most_threads && l.prefetch == shallowest[l.workers] && l.workers != s.best.workers) stage.push_back(v);
+  }
+  tune_stage(s, d, stage);
+  if (s.out_of_budget || s.runner.stopped()) return;
+  const bool waits = data_fraction(s.best) >= kPrefetchBoundFraction;
+  std::vector<std::size_t> second;
+  std::size_t deeper = 0;
+  for (std::size_t v = 1; v < dim.values.size(); ++v) {
+    const LoaderSetting l = loader_setting(dim.values[v]);
+    if (v == s.best_idx[d] || l.workers != s.best.workers || std::find(stage.begin(), stage.end(), v) != stage.end()) continue;
+    if (l.prefetch != shallowest[l.workers] && !waits) {
+      ++deeper;
+      continue;
+    }
+    second.push_back(v);
+  }
+  if (deeper > 0) {
+    s.plan.notes.push_back(fmt::format("loader: {} deeper prefetch queue(s) pruned (waiting for data is {:.1f}% of the step with {} worker(s), "
+                                       "under {:.0f}%: a deeper queue helps only a step that waits)",
+                                       deeper, 100 * data_fraction(s.best), s.best.workers, 100 * kPrefetchBoundFraction));
+  }
+  tune_stage(s, d, second);
+}
+
+// Checkpointing only trades time for memory: pruned while the best point's peak is well under the budget.
+bool checkpointing_pruned(TuneSearch& s, const config::Config& c, const hw::HardwareInfo& hw) {
+  const double budget = memory_budget_mb(c, s.best, hw), peak = s.best.peak_mb();
+  if (peak >= 0 && peak < kCheckpointMemoryFraction * budget) {
+    s.plan.notes.push_back(fmt::format("checkpointing: pruned (peak memory {:.0f} MB is {:.0f}% of the {:.0f} MB budget; it would only cost time)",
+                                       peak, 100 * peak / budget, budget));
+    return true;
+  }
+  return false;
+}
+
+// Coordinate descent: the dimensions one at a time, each from the best point so far.
+void tune_dimensions(TuneSearch& s, const config::Config& c, const hw::HardwareInfo& hw) {
+  for (std::size_t d = 0; d < s.space.dimensions.size() && !s.out_of_budget && !s.runner.stopped(); ++d) {
+    const TuneDimension& dim = s.space.dimensions[d];
+    // Pruned by the measurements so far.
+    if (dim.id == "checkpointing" && checkpointing_pruned(s, c, hw)) continue;
+    if (dim.id == "loader") {
+      tune_loader(s, d);
+      continue;
+    }
+    std::vector<std::size_t> candidates;
+    for (std::size_t v = 0; v < dim.values.size(); ++v) {
+      if (v != s.best_idx[d]) candidates.push_back(v);
+    }
+    tune_stage(s, d, candidates);
+  }
+  if (s.runner.stopped()) s.plan.notes.push_back("stopped by a signal before the search ended");
+}
+
+// The winner: its settings that differ from the configured ones, and its trial marked.
+void record_tune_winner(TuneSearch& s) {
+  TuneReport& plan = s.plan;
+  for (std::size_t d = 0; d < s.space.dimensions.size(); ++d) {
+    if (s.best_idx[d] == 0) continue;
+    const TuneDimension& dim = s.space.dimensions[d];
+    for (const auto& o : dim.values[s.best_idx[d]].overrides) {
+      plan.overrides.push_back(o);
+      if (dim.changes_numerics) plan.changes_numerics.push_back(key_of(o));
+    }
+  }
+  plan.winner = s.best.name;
+  plan.samples_per_s = s.best.samples_per_s;
+  for (auto& t : plan.trials) {
+    if (t.trial.name == s.best.name && (t.status == "adopted" || t.status == "grid" || t.status == "baseline")) {
+      t.status = t.status == "baseline" ? "baseline, winner" : "winner";
+      break;
+    }
+  }
+}
+
+}  // namespace tune_impl
+
+TuneReport tune(const config::Config& c, const TuneOptions& options) {
+  BELLOWS_CHECK_CONFIG(options.budget_s > 0 && std::isfinite(options.budget_s), fmt::format("the tuner's budget is {} s, expected > 0", options.budget_s),
+                       "give --budget a duration such as 60s or 2m");
+  const Clock::time_point start = Clock::now();
+  const hw::HardwareInfo& hw = hw::HardwareInfo::get();
+  TuneSpace space = tune_space(c, hw);
+  TuneReport plan = begin_tune_report(c, options, hw, space);
   const double full = options.trial_seconds > 0 ? options.trial_seconds : std::clamp(options.budget_s / 30, 0.5, 5.0);
   plan.trial_seconds = full;
 
+  // --- the baseline ---
   TrialRunner runner(c, "plan", options.progress, options.stop_flag);
   const Trial base = runner.run("baseline", {}, full, kFullTrialSteps, /*baseline=*/true);
   if (!base.measured() && runner.stopped()) {  // a signal during the baseline: nothing measured to plan from
@@ -274,151 +486,17 @@ TuneReport tune(const config::Config& c, const TuneOptions& options) {
   BELLOWS_CHECK_RESOURCE(base.measured(), fmt::format("the configured run did not train 3 steps in its trial: {}", base.error.empty() ? "too slow" : base.error),
                          "run bellows train with this config to see why; bellows doctor diagnoses it");
   plan.trials.push_back({base, "", "baseline"});
-  // A loader value that sets what the baseline ran (the configured `auto`s resolved) is the baseline again.
-  for (auto& dim : space.dimensions) {
-    if (dim.id != "loader") continue;
-    dim.values.erase(std::remove_if(dim.values.begin() + 1, dim.values.end(), [&](const TuneValue& v) { return same_loader(v, base); }),
-                     dim.values.end());
-  }
-  std::erase_if(space.dimensions, [](const TuneDimension& d) { return d.values.size() < 2; });
+  drop_baseline_repeats(space, base);
   plan.baseline_samples_per_s = base.samples_per_s;
-  const std::size_t dims = space.dimensions.size();
-  std::vector<std::size_t> best_idx(dims, 0);
-  Trial best = base;
 
-  if (options.grid) {
-    // Every point, in mixed-radix order (the baseline, all zeros, is measured already).
-    std::vector<std::size_t> idx(dims, 0);
-    for (std::size_t n = 1; n < space.grid_size() && !runner.stopped(); ++n) {
-      for (std::size_t d = 0; d < dims; ++d) {  // increment
-        if (++idx[d] < space.dimensions[d].values.size()) break;
-        idx[d] = 0;
-      }
-      Trial t = runner.run(point_name(space, idx), point_overrides(space, idx), full, kFullTrialSteps);
-      plan.trials.push_back({t, "", t.measured() ? "grid" : "failed"});
-      if (t.measured() && t.samples_per_s > best.samples_per_s) {
-        best = t;
-        best_idx = idx;
-      }
-    }
-  } else {
-    const double setup_s = std::max(0.0, base.seconds - base.fit_seconds);
-    const double step_s = std::max(base.step_ms, base.first_step_ms) / 1e3;
-    const double short_s = std::max(full / 2, kCandidateTrialSteps * step_s);  // a candidate's trial: half a full one
-    bool out_of_budget = false;
-    for (std::size_t d = 0; d < dims && !out_of_budget && !runner.stopped(); ++d) {
-      const TuneDimension& dim = space.dimensions[d];
-      // Pruned by the measurements so far.
-      if (dim.id == "checkpointing") {
-        const double budget = memory_budget_mb(c, best, hw), peak = best.peak_mb();
-        if (peak >= 0 && peak < kCheckpointMemoryFraction * budget) {
-          plan.notes.push_back(fmt::format("checkpointing: pruned (peak memory {:.0f} MB is {:.0f}% of the {:.0f} MB budget; it would only cost time)",
-                                           peak, 100 * peak / budget, budget));
-          continue;
-        }
-      }
-      // One stage: short trials of `candidates`, then the leader confirmed at full length and adopted if faster.
-      const auto search = [&](const std::vector<std::size_t>& candidates) {
-        std::optional<std::pair<std::size_t, Trial>> leader;
-        for (std::size_t k = 0; k < candidates.size(); ++k) {
-          const std::size_t v = candidates[k];
-          if (seconds_since(start) + setup_s + short_s > options.budget_s) {
-            plan.notes.push_back(fmt::format("budget: {} of {}'s {} candidates not tried ({:.0f} s of {:.0f} s used)", candidates.size() - k,
-                                             dim.id, candidates.size(), seconds_since(start), options.budget_s));
-            out_of_budget = true;
-            break;
-          }
-          std::vector<std::size_t> idx = best_idx;
-          idx[d] = v;
-          Trial t = runner.run(point_name(space, idx), point_overrides(space, idx), short_s, kCandidateTrialSteps, false, kLoserRatio * best.samples_per_s);
-          std::string status = !t.measured() ? "failed" : t.stopped_early ? "loser" : "slower";
-          if (t.measured() && !t.stopped_early && t.samples_per_s >= kTuneMinGain * best.samples_per_s &&
-              (!leader || t.samples_per_s > leader->second.samples_per_s)) {
-            leader = std::make_pair(v, t);
-            status = "candidate";
-          }
-          plan.trials.push_back({t, dim.id, status});
-        }
-        if (!leader) return;
-        std::vector<std::size_t> idx = best_idx;
-        idx[d] = leader->first;
-        if (seconds_since(start) + setup_s + full > options.budget_s) {
-          plan.notes.push_back(fmt::format("budget: {} ({:.2f}x in its short trial) not confirmed, not adopted", point_name(space, idx),
-                                           leader->second.samples_per_s / best.samples_per_s));
-          out_of_budget = true;
-          return;
-        }
-        Trial t = runner.run(point_name(space, idx), point_overrides(space, idx), full, kFullTrialSteps);
-        const bool adopt = t.measured() && t.samples_per_s > best.samples_per_s;
-        plan.trials.push_back({t, dim.id, adopt ? "adopted" : "not confirmed"});
-        if (adopt) {
-          best = t;
-          best_idx = idx;
-        }
-      };
-      if (dim.id != "loader") {
-        std::vector<std::size_t> candidates;
-        for (std::size_t v = 0; v < dim.values.size(); ++v) {
-          if (v != best_idx[d]) candidates.push_back(v);
-        }
-        search(candidates);
-        continue;
-      }
-      // The loader in two stages. First the number of workers, each with the most threads and the shallowest
-      // prefetch; then, for the workers chosen, fewer threads, and a deeper prefetch only where the step waits for
-      // data (a deeper queue helps only a consumer that waits).
-      std::int64_t most_threads = 0;
-      for (const auto& v : dim.values) most_threads = std::max(most_threads, loader_setting(v).threads);
-      std::map<std::int64_t, std::int64_t> shallowest;  // workers -> prefetch
-      for (std::size_t v = 1; v < dim.values.size(); ++v) {
-        const LoaderSetting l = loader_setting(dim.values[v]);
-        if (!shallowest.count(l.workers) || l.prefetch < shallowest[l.workers]) shallowest[l.workers] = l.prefetch;
-      }
-      std::vector<std::size_t> stage;
-      for (std::size_t v = 1; v < dim.values.size(); ++v) {
-        const LoaderSetting l = loader_setting(dim.values[v]);
-        if (l.threads == most_threads && l.prefetch == shallowest[l.workers] && l.workers != best.workers) stage.push_back(v);
-      }
-      search(stage);
-      if (out_of_budget || runner.stopped()) continue;
-      const bool waits = data_fraction(best) >= kPrefetchBoundFraction;
-      std::vector<std::size_t> second;
-      std::size_t deeper = 0;
-      for (std::size_t v = 1; v < dim.values.size(); ++v) {
-        const LoaderSetting l = loader_setting(dim.values[v]);
-        if (v == best_idx[d] || l.workers != best.workers || std::find(stage.begin(), stage.end(), v) != stage.end()) continue;
-        if (l.prefetch != shallowest[l.workers] && !waits) {
-          ++deeper;
-          continue;
-        }
-        second.push_back(v);
-      }
-      if (deeper > 0) {
-        plan.notes.push_back(fmt::format("loader: {} deeper prefetch queue(s) pruned (waiting for data is {:.1f}% of the step with {} worker(s), "
-                                         "under {:.0f}%: a deeper queue helps only a step that waits)",
-                                         deeper, 100 * data_fraction(best), best.workers, 100 * kPrefetchBoundFraction));
-      }
-      search(second);
-    }
-    if (runner.stopped()) plan.notes.push_back("stopped by a signal before the search ended");
-  }
-  // The winner: its settings that differ from the configured ones.
-  for (std::size_t d = 0; d < dims; ++d) {
-    if (best_idx[d] == 0) continue;
-    const TuneDimension& dim = space.dimensions[d];
-    for (const auto& o : dim.values[best_idx[d]].overrides) {
-      plan.overrides.push_back(o);
-      if (dim.changes_numerics) plan.changes_numerics.push_back(key_of(o));
-    }
-  }
-  plan.winner = best.name;
-  plan.samples_per_s = best.samples_per_s;
-  for (auto& t : plan.trials) {
-    if (t.trial.name == best.name && (t.status == "adopted" || t.status == "grid" || t.status == "baseline")) {
-      t.status = t.status == "baseline" ? "baseline, winner" : "winner";
-      break;
-    }
-  }
+  // --- the search: the grid, or the tuner ---
+  const double setup_s = std::max(0.0, base.seconds - base.fit_seconds);
+  const double step_s = std::max(base.step_ms, base.first_step_ms) / 1e3;
+  const double short_s = std::max(full / 2, kCandidateTrialSteps * step_s);  // a candidate's trial: half a full one
+  TuneSearch search{runner, space, plan, options, start, full, setup_s, short_s, base, std::vector<std::size_t>(space.dimensions.size(), 0), false};
+  if (options.grid) tune_grid(search);
+  else tune_dimensions(search, c, hw);
+  record_tune_winner(search);
   plan.seconds = seconds_since(start);
   plan.trial_count = plan.trials.size();
   return plan;

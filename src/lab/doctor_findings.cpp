@@ -35,6 +35,14 @@ std::pair<double, double> common_loss(const DoctorTrial& a, const DoctorTrial& b
   return n > 0 ? std::make_pair(sa / n, sb / n) : std::make_pair(0.0, 0.0);
 }
 
+// The finding's trial and its speed-up, with the baseline's line and the trial's as evidence.
+void compare_with_baseline(DoctorFinding& f, const DoctorTrial& base, const DoctorTrial& t) {
+  f.trial = t.name;
+  f.gain = gain(base, t);
+  f.evidence.push_back(trial_line(base));
+  f.evidence.push_back(trial_line(t));
+}
+
 // Non-finite values: where the loss first went non-finite, the steps skipped, and what train.detect_anomaly found.
 DoctorFinding nonfinite_finding(const DoctorFacts& facts, const DoctorExperiments& experiments) {
   const DoctorTrial& base = facts.base;
@@ -169,10 +177,7 @@ DoctorFinding overhead_finding(const config::Config& base_config, const DoctorFa
   }
   if (const auto it = experiments.done.find("overhead"); it != experiments.done.end()) {
     const DoctorTrial& t = it->second;
-    f.trial = t.name;
-    f.gain = gain(base, t);
-    f.evidence.push_back(trial_line(base));
-    f.evidence.push_back(trial_line(t));
+    compare_with_baseline(f, base, t);
     const bool same_effective = facts.accumulation >= 2 && facts.accumulation % 2 == 0;
     if (f.gain >= kMinGain) {
       f.status = "advice";
@@ -283,10 +288,7 @@ DoctorFinding threads_finding(const DoctorFacts& facts, const DoctorExperiments&
   f.evidence.push_back(fmt::format("baseline: {} intra-op thread(s), {} loader worker(s), {} usable core(s)", base.threads, base.workers, facts.cores));
   if (const auto it = experiments.done.find("threads"); it != experiments.done.end()) {
     const DoctorTrial& t = it->second;
-    f.trial = t.name;
-    f.gain = gain(base, t);
-    f.evidence.push_back(trial_line(base));
-    f.evidence.push_back(trial_line(t));
+    compare_with_baseline(f, base, t);
     if (f.gain >= kMinGain) {
       f.status = "advice";
       f.advice = t.overrides;

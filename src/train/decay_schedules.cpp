@@ -58,27 +58,22 @@ ScheduleEntry closed_form_entry(std::string name, std::string help, int order, D
   return e;
 }
 
-ScheduleEntry cosine_schedule() {
-  ScheduleEntry e = closed_form_entry("cosine", "half a cosine from lr to min_lr_factor * lr over total_steps", 1,
-                                      [](const ScheduleOptions& o, double base_lr, std::int64_t after) {
-                                        const double min_lr = o.min_lr_factor * base_lr;
-                                        return min_lr + (base_lr - min_lr) * 0.5 *
-                                                            (1.0 + std::cos(std::numbers::pi * decay_progress(o, after)));
-                                      });
+// cosine, linear: the decay ends at total_steps, which 0 lets the run's length set.
+ScheduleEntry decay_to_total_steps_entry(std::string name, std::string help, int order, Decay decay) {
+  ScheduleEntry e = closed_form_entry(std::move(name), std::move(help), order, decay);
   e.decays_over_total_steps = true;
   e.validate = check_decay_to_total_steps;
   return e;
 }
 
-ScheduleEntry linear_schedule() {
-  ScheduleEntry e = closed_form_entry("linear", "a straight line from lr to min_lr_factor * lr over total_steps", 2,
-                                      [](const ScheduleOptions& o, double base_lr, std::int64_t after) {
-                                        const double min_lr = o.min_lr_factor * base_lr;
-                                        return base_lr - (base_lr - min_lr) * decay_progress(o, after);
-                                      });
-  e.decays_over_total_steps = true;
-  e.validate = check_decay_to_total_steps;
-  return e;
+double cosine_decay(const ScheduleOptions& o, double base_lr, std::int64_t after) {
+  const double min_lr = o.min_lr_factor * base_lr;
+  return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * decay_progress(o, after)));
+}
+
+double linear_decay(const ScheduleOptions& o, double base_lr, std::int64_t after) {
+  const double min_lr = o.min_lr_factor * base_lr;
+  return base_lr - (base_lr - min_lr) * decay_progress(o, after);
 }
 
 ScheduleEntry step_schedule() {
@@ -100,8 +95,10 @@ ScheduleEntry constant_schedule() {
                            [](const ScheduleOptions&, double base_lr, std::int64_t) { return base_lr; });
 }
 
-const ScheduleRegistrar kCosineScheduleRegistered(cosine_schedule());
-const ScheduleRegistrar kLinearScheduleRegistered(linear_schedule());
+const ScheduleRegistrar kCosineScheduleRegistered(
+    decay_to_total_steps_entry("cosine", "half a cosine from lr to min_lr_factor * lr over total_steps", 1, cosine_decay));
+const ScheduleRegistrar kLinearScheduleRegistered(
+    decay_to_total_steps_entry("linear", "a straight line from lr to min_lr_factor * lr over total_steps", 2, linear_decay));
 const ScheduleRegistrar kStepScheduleRegistered(step_schedule());
 const ScheduleRegistrar kConstantScheduleRegistered(constant_schedule());
 

@@ -82,19 +82,18 @@ void check_plateau_options(const ScheduleOptions& o) {
                        "min for a loss, max for an accuracy");
 }
 
-ScheduleEntry plateau_schedule() {
-  ScheduleEntry e;
-  e.name = "plateau";
-  e.help = "lr times factor after patience evaluations without improvement";
-  e.order = 5;
-  e.validate = check_plateau_options;
-  e.make = [](const ScheduleOptions& o, double base_lr) -> std::unique_ptr<Schedule> {
-    return std::make_unique<PlateauSchedule>(o, base_lr);
-  };
-  return e;
+std::unique_ptr<Schedule> make_plateau_schedule(const ScheduleOptions& o, double base_lr) {
+  return std::make_unique<PlateauSchedule>(o, base_lr);
 }
 
-const ScheduleRegistrar kPlateauScheduleRegistered(plateau_schedule());
+const ScheduleRegistrar kPlateauScheduleRegistered(ScheduleEntry{
+    .name = "plateau",
+    .help = "lr times factor after patience evaluations without improvement",
+    .order = 5,
+    .decays_over_total_steps = false,
+    .validate = check_plateau_options,
+    .make = make_plateau_schedule,
+});
 
 }  // namespace
 }  // namespace bellows::train

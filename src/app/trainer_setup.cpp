@@ -9,7 +9,8 @@
 #include "bellows/app/schema.h"        // defines: kDemoName
 #include "bellows/config/binding.h"    // defines: Binding
 #include "bellows/train/graph_step.h"  // defines: step_graph_conditions
-#include "bellows/train/schedule_registry.h"  // defines: schedule_names
+#include "bellows/train/optimizer_registry.h"  // defines: optimizer_names, optimizer_state_tensors
+#include "bellows/train/schedule_registry.h"   // defines: schedule_names
 #include "bellows/util/check.h"
 
 namespace bellows::app {
@@ -21,7 +22,7 @@ using config::Type;
 Binding<train::OptimizerOptions> optimizer_binding() {
   using O = train::OptimizerOptions;
   Binding<O> b("optim.");
-  b.key("type", &O::type, "optimizer").choices({"adamw", "adam", "sgd"});
+  b.key("type", &O::type, "optimizer").choices(train::optimizer_names());  // the registered ones
   b.key("lr", &O::lr, "peak learning rate").min(0);
   b.custom("betas", Type::kDoubleList, "Adam betas", [](const config::Config& c, const std::string& key, O& o) {
      const auto betas = config::get_double_list(c, key);
@@ -257,10 +258,7 @@ train::CheckpointOptions checkpoint_options(const config::Config& c, const std::
   return co;
 }
 
-int optimizer_states(const config::Config& c) {
-  if (config::get_string(c, "optim.type") != "sgd") return 2;
-  return config::get_double(c, "optim.momentum") > 0 ? 1 : 0;
-}
+int optimizer_states(const config::Config& c) { return train::optimizer_state_tensors(optimizer_binding().read(c)); }
 
 plan::PlanEntry checkpoint_layout_entry(const config::Config& c, const dist::StrategyEntry& strategy, train::CheckpointOptions& co) {
   const std::string asked = config::get_string(c, "checkpoint.layout");

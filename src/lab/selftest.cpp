@@ -136,7 +136,7 @@ std::string optimizer_check(c10::Device device, const std::string& type) {
     train::OptimizerOptions o;
     o.type = type;
     o.lr = 1e-2;
-    o.momentum = type == "sgd" ? 0.9 : 0.0;
+    o.momentum = 0.9;  // SGD's; the Adams have none
     o.implementation = implementation;
     train::Optimizer opt(named, o);
     for (int s = 0; s < 3; ++s) {

@@ -1,5 +1,6 @@
-// AdamW, Adam and SGD over whole parameter lists: ATen's fused kernels where they exist for the parameters'
-// device and dtype, the _foreach_* ops otherwise. State is per parameter, created on its first update, and
+// What every optimizer shares: parameter groups, the learning rate, step counts, the choice of ATen's fused kernels
+// where they exist for the parameters' device and dtype (the _foreach_* ops otherwise), and the per-parameter state of
+// the algorithm (train/update_rule.h; AdamW, Adam and SGD in adam.cpp and sgd.cpp), created on its first update and
 // keyed by parameter name in the state dict so that checkpoints survive a change of device or of kernel.
 #include "bellows/train/optimizer.h"
 
@@ -14,6 +15,8 @@
 #include <set>
 #include <unordered_set>
 
+#include "bellows/train/optimizer_registry.h"  // defines: find_optimizer, optimizer_entries
+#include "bellows/train/update_rule.h"         // defines: UpdateRule, GroupStep, device_dtype_buckets, pick
 #include "bellows/util/check.h"
 #include "bellows/util/format.h"  // defines: shape_of
 #include "bellows/util/suggest.h"
@@ -21,107 +24,34 @@
 namespace bellows::train {
 namespace {
 
-constexpr const char* kHint = "see the optim section of the configuration";
-
 std::string suggestion(const std::string& value, const std::vector<std::string>& valid) {
   auto best = closest_match(value, valid);
   return best ? fmt::format("did you mean '{}'? (valid: {})", *best, fmt::join(valid, ", "))
               : fmt::format("use one of: {}", fmt::join(valid, ", "));
 }
 
-void validate(const OptimizerOptions& o) {
-  const std::vector<std::string> types = {"adamw", "adam", "sgd"};
+// The common checks, then the entry's own; returns the entry of o.type.
+const OptimizerEntry& validated_entry(const OptimizerOptions& o) {
+  const OptimizerEntry& entry = find_optimizer(o.type);
   const std::vector<std::string> impls = {"auto", "fused", "foreach"};
-  BELLOWS_CHECK_CONFIG(std::find(types.begin(), types.end(), o.type) != types.end(),
-                       fmt::format("optim.type is '{}', an unknown optimizer", o.type), suggestion(o.type, types));
   BELLOWS_CHECK_CONFIG(std::find(impls.begin(), impls.end(), o.implementation) != impls.end(),
                        fmt::format("optim.implementation is '{}', an unknown implementation", o.implementation),
                        suggestion(o.implementation, impls));
-  BELLOWS_CHECK_CONFIG(std::isfinite(o.lr) && o.lr >= 0, fmt::format("optim.lr is {}, expected >= 0", o.lr), kHint);
+  BELLOWS_CHECK_CONFIG(entry.fused_kernels || o.implementation != "fused",
+                       fmt::format("optim.implementation is 'fused' but optimizer '{}' has no fused kernels", o.type),
+                       "set optim.implementation to auto or foreach");
+  BELLOWS_CHECK_CONFIG(std::isfinite(o.lr) && o.lr >= 0, fmt::format("optim.lr is {}, expected >= 0", o.lr),
+                       kOptimizerOptionsHint);
   BELLOWS_CHECK_CONFIG(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-                       fmt::format("optim.weight_decay is {}, expected >= 0", o.weight_decay), kHint);
-  if (o.type == "sgd") {
-    BELLOWS_CHECK_CONFIG(std::isfinite(o.momentum) && o.momentum >= 0,
-                         fmt::format("optim.momentum is {}, expected >= 0", o.momentum), kHint);
-    BELLOWS_CHECK_CONFIG(o.dampening >= 0 && o.dampening <= 1,
-                         fmt::format("optim.dampening is {}, expected in [0, 1]", o.dampening), kHint);
-    BELLOWS_CHECK_CONFIG(
-        !o.nesterov || (o.momentum > 0 && o.dampening == 0),
-        fmt::format("optim.nesterov is true with optim.momentum {} and optim.dampening {}", o.momentum, o.dampening),
-        "Nesterov momentum needs optim.momentum > 0 and optim.dampening = 0");
-  } else {
-    BELLOWS_CHECK_CONFIG(o.beta1 >= 0 && o.beta1 < 1, fmt::format("optim.beta1 is {}, expected in [0, 1)", o.beta1),
-                         kHint);
-    BELLOWS_CHECK_CONFIG(o.beta2 >= 0 && o.beta2 < 1, fmt::format("optim.beta2 is {}, expected in [0, 1)", o.beta2),
-                         kHint);
-    BELLOWS_CHECK_CONFIG(std::isfinite(o.eps) && o.eps >= 0, fmt::format("optim.eps is {}, expected >= 0", o.eps),
-                         kHint);
-  }
+                       fmt::format("optim.weight_decay is {}, expected >= 0", o.weight_decay), kOptimizerOptionsHint);
+  if (entry.validate) entry.validate(o);
+  return entry;
 }
 
 bool no_decay(const std::string& name, const at::Tensor& p, const std::vector<std::string>& patterns) {
   if (p.dim() <= 1) return true;
   return std::any_of(patterns.begin(), patterns.end(),
                      [&](const std::string& pat) { return !pat.empty() && name.find(pat) != std::string::npos; });
-}
-
-// Indices of `active` grouped by (device, dtype): the fused kernels and the foreach fast paths want one
-// device and one dtype per call. Few buckets, so a linear search.
-std::vector<std::vector<std::size_t>> buckets(const std::vector<at::Tensor>& params,
-                                              const std::vector<std::size_t>& active) {
-  std::vector<std::pair<std::pair<c10::Device, at::ScalarType>, std::vector<std::size_t>>> out;
-  for (std::size_t i : active) {
-    const auto key = std::make_pair(params[i].device(), params[i].scalar_type());
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& b) { return b.first == key; });
-    if (it == out.end()) {
-      out.push_back({key, {}});
-      it = std::prev(out.end());
-    }
-    it->second.push_back(i);
-  }
-  std::vector<std::vector<std::size_t>> result;
-  for (auto& b : out) result.push_back(std::move(b.second));
-  return result;
-}
-
-std::vector<at::Tensor> pick(const std::vector<at::Tensor>& from, const std::vector<std::size_t>& idx) {
-  std::vector<at::Tensor> out;
-  out.reserve(idx.size());
-  for (std::size_t i : idx) out.push_back(from[i]);
-  return out;
-}
-
-// Adam/AdamW on foreach ops, the same arithmetic as the fused kernels (and PyTorch's multi-tensor path).
-void foreach_adam(std::vector<at::Tensor> params, std::vector<at::Tensor> grads, std::vector<at::Tensor> m,
-                  std::vector<at::Tensor> v, std::vector<at::Tensor> steps, double lr, double beta1, double beta2,
-                  double weight_decay, double eps, bool decoupled) {
-  at::_foreach_add_(steps, 1);
-  if (weight_decay != 0) {
-    if (decoupled) {
-      at::_foreach_mul_(params, 1 - lr * weight_decay);
-    } else {
-      grads = at::_foreach_add(grads, params, weight_decay);
-    }
-  }
-  at::_foreach_lerp_(m, grads, 1 - beta1);
-  at::_foreach_mul_(v, beta2);
-  at::_foreach_addcmul_(v, grads, grads, 1 - beta2);
-  std::vector<at::Scalar> bc2_sqrt, neg_step_size;
-  for (const auto& s : steps) {
-    const double step = s.item<double>();  // CPU tensors on this path: no device sync
-    bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(beta2, step)));
-    neg_step_size.emplace_back(-lr / (1 - std::pow(beta1, step)));
-  }
-  auto denom = at::_foreach_sqrt(v);
-  at::_foreach_div_(denom, bc2_sqrt);
-  at::_foreach_add_(denom, eps);
-  at::_foreach_addcdiv_(params, m, denom, neg_step_size);
-}
-
-// found_inf where the kernel runs (a no-op when it is there already); none when not given.
-std::optional<at::Tensor> on_device_of(const at::Tensor& found_inf, const at::Tensor& param) {
-  if (!found_inf.defined()) return std::nullopt;
-  return found_inf.to(param.device(), /*non_blocking=*/true);
 }
 
 }  // namespace
@@ -188,25 +118,32 @@ NamedParameters trainable_parameters(const NamedParameters& params, const Optimi
 
 Optimizer::Optimizer(const NamedParameters& params, OptimizerOptions options)
     : options_(std::move(options)), lr_(options_.lr) {
-  validate(options_);
-  adam_ = options_.type != "sgd";
-  decoupled_ = options_.type == "adamw";
+  const OptimizerEntry& entry = validated_entry(options_);
+  rule_ = entry.make(options_);
+  kinds_ = rule_->state_kinds();
   groups_ = param_groups(params, options_);
 
   fused_ = options_.implementation == "fused";
   if (options_.implementation == "auto") {
-    fused_ = std::all_of(groups_.begin(), groups_.end(), [](const ParamGroup& g) {
+    fused_ = entry.fused_kernels && std::all_of(groups_.begin(), groups_.end(), [](const ParamGroup& g) {
       return std::all_of(g.params.begin(), g.params.end(), fused_kernel_available);
     });
   }
-  for (auto* state : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) {
-    state->resize(groups_.size());
-    for (std::size_t g = 0; g < groups_.size(); ++g) (*state)[g].resize(groups_[g].params.size());
-  }
+  allocate_state();
   step_buffers_ = new_step_buffers();
   for (const auto& g : groups_) {
     uniform_dtype_.push_back(std::all_of(g.params.begin(), g.params.end(),
                                          [&](const at::Tensor& p) { return p.scalar_type() == g.params.front().scalar_type(); }));
+  }
+}
+
+void Optimizer::allocate_state() {
+  state_.resize(kinds_.size());
+  std::vector<std::vector<std::vector<at::Tensor>>*> all = {&state_steps_};
+  for (auto& kind : state_) all.push_back(&kind);
+  for (auto* state : all) {
+    state->resize(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g) (*state)[g].resize(groups_[g].params.size());
   }
 }
 
@@ -230,7 +167,7 @@ void Optimizer::count_updates(std::size_t g, const std::vector<std::size_t>& act
     else if (const auto found = on_device_of(found_inf, step_buffers_[g])) step_buffers_[g].sub_(*found);
     return;
   }
-  for (const auto& idx : buckets(groups_[g].params, active)) {
+  for (const auto& idx : device_dtype_buckets(groups_[g].params, active)) {
     const std::vector<at::Tensor> steps = pick(state_steps_[g], idx);
     if (!take_back) at::_foreach_add_(steps, 1);
     else if (const auto found = on_device_of(found_inf, steps.front())) at::_foreach_add_(steps, *found, /*alpha=*/-1);
@@ -239,13 +176,15 @@ void Optimizer::count_updates(std::size_t g, const std::vector<std::size_t>& act
 
 std::int64_t Optimizer::state_bytes() const {
   std::int64_t bytes = 0;
-  for (const auto* kind : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) {
-    for (const auto& group : *kind) {
+  const auto add = [&](const std::vector<std::vector<at::Tensor>>& kind) {
+    for (const auto& group : kind) {
       for (const at::Tensor& t : group) {
         if (t.defined()) bytes += static_cast<std::int64_t>(t.nbytes());
       }
     }
-  }
+  };
+  for (const auto& kind : state_) add(kind);
+  add(state_steps_);
   return bytes;
 }
 
@@ -293,8 +232,7 @@ void Optimizer::step(const at::Tensor& found_inf) {
     // Without fused kernels nothing can skip on the device: read the flag (one sync). So does SGD with momentum and
     // dampening on a step where a parameter with a gradient has no buffer yet: its buffer starts as the gradient
     // only on an update that happens (with dampening 0 a zero buffer gives the same first update: no read).
-    const bool first_momentum_step = !adam_ && options_.momentum != 0 && options_.dampening != 0 && has_new_parameter();
-    if (!fused_ || first_momentum_step) {
+    if (!fused_ || (rule_->first_update_reads_found_inf() && has_new_parameter())) {
       if (found_inf.item<float>() != 0) return;
       update({});
       return;
@@ -325,7 +263,8 @@ void Optimizer::drop_state_since(const StateMark& mark) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
       if (mark[g][i]) continue;
-      for (auto* state : {&exp_avg_, &exp_avg_sq_, &momentum_buffer_, &state_steps_}) (*state)[g][i] = at::Tensor();
+      for (auto& kind : state_) kind[g][i] = at::Tensor();
+      state_steps_[g][i] = at::Tensor();
     }
   }
 }
@@ -340,157 +279,28 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
 }
 }  // namespace
 
+at::Tensor Optimizer::kernel_gradient(std::size_t g, std::size_t i) const {
+  const auto& group = groups_[g];
+  const at::Tensor& p = group.params[i];
+  at::Tensor grad = p.grad();
+  if (!grad.defined()) return grad;  // no gradient this step: skipped, as PyTorch does
+  BELLOWS_CHECK_CONFIG(grad.layout() == at::kStrided, fmt::format("parameter '{}' has a sparse gradient", group.names[i]),
+                       "the optimizers here need dense gradients (e.g. an embedding with sparse=false)");
+  BELLOWS_CHECK(grad.device() == p.device(),
+                fmt::format("gradient of '{}' is on {}, the parameter on {}", group.names[i], grad.device().str(),
+                            p.device().str()),
+                "gradients must live with their parameters");
+  // The fused kernels walk param, grad and state as one flat array: same dtype and the same layout, strides
+  // compared where a dimension has more than one element, as ATen's fast-path check does (a 1x1 convolution's
+  // channels_last weight and its contiguous gradient lie alike in memory: no copy every step).
+  if (grad.scalar_type() != p.scalar_type() || !same_dense_layout(grad, p)) grad = at::empty_like(p).copy_(grad);
+  return grad;
+}
+
 void Optimizer::update(const at::Tensor& found_inf) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const auto& group = groups_[g];
-    std::vector<std::size_t> active;
-    std::vector<at::Tensor> grads(group.params.size());
-    for (std::size_t i = 0; i < group.params.size(); ++i) {
-      const at::Tensor& p = group.params[i];
-      at::Tensor grad = p.grad();
-      if (!grad.defined()) continue;  // no gradient this step: skipped, as PyTorch does
-      BELLOWS_CHECK_CONFIG(grad.layout() == at::kStrided,
-                           fmt::format("parameter '{}' has a sparse gradient", group.names[i]),
-                           "the optimizers here need dense gradients (e.g. an embedding with sparse=false)");
-      BELLOWS_CHECK(grad.device() == p.device(),
-                    fmt::format("gradient of '{}' is on {}, the parameter on {}", group.names[i], grad.device().str(),
-                                p.device().str()),
-                    "gradients must live with their parameters");
-      // The fused kernels walk param, grad and state as one flat array: same dtype and the same layout, strides
-      // compared where a dimension has more than one element, as ATen's fast-path check does (a 1x1 convolution's
-      // channels_last weight and its contiguous gradient lie alike in memory: no copy every step).
-      if (grad.scalar_type() != p.scalar_type() || !same_dense_layout(grad, p)) grad = at::empty_like(p).copy_(grad);
-      grads[i] = std::move(grad);
-      active.push_back(i);
-    }
-    if (active.empty()) continue;
-    if (adam_) {
-      step_adam(g, active, grads, found_inf);
-    } else {
-      step_sgd(g, active, grads, found_inf);
-    }
-  }
-}
-
-void Optimizer::step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
-                          const at::Tensor& found_inf) {
-  const auto& group = groups_[g];
-  for (std::size_t i : active) {
-    if (!exp_avg_[g][i].defined()) {
-      const at::Tensor& p = group.params[i];
-      exp_avg_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
-      exp_avg_sq_[g][i] = at::zeros_like(p, at::MemoryFormat::Preserve);
-      state_steps_[g][i] = new_step_tensor(step_buffers_, g, i);
-    }
-  }
-  const auto& o = options_;
-  // The fused kernels read the incremented step; on found_inf they return before touching anything, and the
-  // step goes back down on the device (as torch.optim does with a GradScaler).
-  if (fused_) count_updates(g, active, found_inf, /*take_back=*/false);
-  const auto fused_call = [&](at::TensorList params, at::TensorList grad_list, at::TensorList m, at::TensorList v, at::TensorList steps) {
-    const std::optional<at::Tensor> found = on_device_of(found_inf, params.front());
-    const auto call = [&](const auto& lr) {  // the double, or the tensor overload
-      if (decoupled_) {
-        at::_fused_adamw_(params, grad_list, m, v, {}, steps, lr, o.beta1, o.beta2, group.weight_decay, o.eps,
-                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-      } else {
-        at::_fused_adam_(params, grad_list, m, v, {}, steps, lr, o.beta1, o.beta2, group.weight_decay, o.eps,
-                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found);
-      }
-    };
-    // The learning rate as a device tensor when the step is a CUDA graph (use_lr_tensor), else a number.
-    if (lr_tensor_.defined()) {
-      call(lr_tensor_);
-    } else {
-      call(lr_);
-    }
-  };
-  if (fused_ && step_buffers_[g].defined() && uniform_dtype_[g] && active.size() == group.params.size()) {
-    // Every parameter, one device and one dtype (the usual step): the group's own lists, no per-step bucketing.
-    fused_call(group.params, grads, exp_avg_[g], exp_avg_sq_[g], state_steps_[g]);
-  } else {
-    for (const auto& idx : buckets(group.params, active)) {
-      auto params = pick(group.params, idx);
-      auto grad_list = pick(grads, idx);
-      auto m = pick(exp_avg_[g], idx);
-      auto v = pick(exp_avg_sq_[g], idx);
-      auto steps = pick(state_steps_[g], idx);
-      if (fused_) {
-        fused_call(params, grad_list, m, v, steps);
-      } else {
-        foreach_adam(std::move(params), std::move(grad_list), std::move(m), std::move(v), std::move(steps), lr_, o.beta1,
-                     o.beta2, group.weight_decay, o.eps, decoupled_);
-      }
-    }
-  }
-  if (fused_) count_updates(g, active, found_inf, /*take_back=*/true);
-}
-
-void Optimizer::step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
-                         const at::Tensor& found_inf) {
-  const auto& group = groups_[g];
-  const auto& o = options_;
-  const double wd = group.weight_decay;
-  const bool with_momentum = o.momentum != 0;
-  // Parameters updated for the first time start their momentum buffer at the gradient (no dampening), which
-  // the fused kernel does only for a whole call: first-timers and the others go in separate calls.
-  std::vector<std::size_t> first, later;
-  for (std::size_t i : active) {
-    if (!state_steps_[g][i].defined()) {
-      state_steps_[g][i] = new_step_tensor(step_buffers_, g, i);
-      first.push_back(i);
-    } else {
-      later.push_back(i);
-    }
-  }
-  // How many updates each parameter had: on the CPU, or with the fused kernel on its device, where a skipped
-  // update (found_inf) takes the count back down without a sync.
-  std::optional<at::Tensor> found;
-  if (fused_) found = on_device_of(found_inf, group.params[active.front()]);
-  count_updates(g, active, {}, /*take_back=*/false);
-  if (fused_) count_updates(g, active, found_inf, /*take_back=*/true);
-
-  for (const auto* subset : {&first, &later}) {
-    const bool is_first = subset == &first;
-    for (const auto& idx : buckets(group.params, *subset)) {
-      auto params = pick(group.params, idx);
-      auto grad_list = pick(grads, idx);
-      if (fused_) {
-        if (with_momentum && is_first) {
-          // Zero, not empty: when found_inf skips this update the buffer stays zero, and with dampening 0 the next
-          // update (is_first_step false) makes it the gradient, as a first update would (step() reads found_inf
-          // on the host when dampening is not 0).
-          for (std::size_t i : idx)
-            momentum_buffer_[g][i] = at::zeros_like(group.params[i], at::MemoryFormat::Preserve);
-        }
-        const auto bufs = with_momentum ? pick(momentum_buffer_[g], idx) : std::vector<at::Tensor>{};
-        const auto call = [&](const auto& lr) {  // the double, or the tensor overload (use_lr_tensor)
-          at::_fused_sgd_(params, grad_list, bufs, wd, o.momentum, lr, o.dampening, o.nesterov, /*maximize=*/false,
-                          /*is_first_step=*/with_momentum && is_first, /*grad_scale=*/std::nullopt, found);
-        };
-        if (lr_tensor_.defined()) {
-          call(lr_tensor_);
-        } else {
-          call(lr_);
-        }
-        continue;
-      }
-      if (wd != 0) grad_list = at::_foreach_add(grad_list, params, wd);
-      if (with_momentum) {
-        if (is_first) {
-          for (std::size_t k = 0; k < idx.size(); ++k) {
-            momentum_buffer_[g][idx[k]] = grad_list[k].clone(at::MemoryFormat::Preserve);
-          }
-        }
-        auto bufs = pick(momentum_buffer_[g], idx);
-        if (!is_first) {
-          at::_foreach_mul_(bufs, o.momentum);
-          at::_foreach_add_(bufs, grad_list, 1 - o.dampening);
-        }
-        grad_list = o.nesterov ? at::_foreach_add(grad_list, bufs, o.momentum) : bufs;
-      }
-      at::_foreach_add_(params, grad_list, -lr_);
-    }
+    GroupStep step(*this, g, found_inf);
+    if (!step.active().empty()) rule_->update(step);
   }
 }
 
@@ -504,12 +314,7 @@ StateDict Optimizer::state_dict() const {
       const at::Tensor& step = state_steps_[g][i];
       out["step." + name] = step.defined() ? step : at::zeros({}, at::TensorOptions().dtype(at::kFloat));
       if (!step.defined()) continue;
-      if (adam_) {
-        out["exp_avg." + name] = exp_avg_[g][i];
-        out["exp_avg_sq." + name] = exp_avg_sq_[g][i];
-      } else if (options_.momentum != 0) {
-        out["momentum_buffer." + name] = momentum_buffer_[g][i];
-      }
+      for (std::size_t k = 0; k < kinds_.size(); ++k) out[kinds_[k] + "." + name] = state_[k][g][i];
     }
   }
   return out;
@@ -526,56 +331,69 @@ StateDict Optimizer::own_entries(const StateDict& state) const {
   return out;
 }
 
-void Optimizer::load_state_dict(const StateDict& state) {
-  c10::NoGradGuard no_grad;
-  const char* hint = "the state was saved by a different model, optimizer type or freeze setting";
+namespace {
+constexpr const char* kOptimizerLoadHint = "the state was saved by a different model, optimizer type or freeze setting";
+
+// kData error for an entry that is none of "lr", "steps", and per parameter its step and each kind of state that any
+// registered optimizer keeps (another optimizer's moments are ignored where this one's steps fit).
+void check_optimizer_entries_known(const StateDict& state, const std::vector<ParamGroup>& groups,
+                                   const std::string& type) {
+  std::vector<std::string> prefixes = {"step."};
+  for (const auto& entry : optimizer_entries()) {
+    for (const auto& kind : entry.state_kinds) prefixes.push_back(kind + ".");
+  }
   std::set<std::string> known = {"lr", "steps"};
-  for (const auto& group : groups_) {
+  for (const auto& group : groups) {
     for (const auto& name : group.names) {
-      for (const char* kind : {"step.", "exp_avg.", "exp_avg_sq.", "momentum_buffer."}) known.insert(kind + name);
+      for (const auto& prefix : prefixes) known.insert(prefix + name);
     }
   }
   for (const auto& [key, value] : state) {
     BELLOWS_CHECK_DATA(known.count(key) != 0,
                        fmt::format("optimizer state entry '{}' belongs to no trainable parameter of this {} optimizer",
-                                   key, options_.type),
-                       hint);
+                                   key, type),
+                       kOptimizerLoadHint);
   }
+}
+
+// The entry `key` copied onto the parameter's device, dtype and layout; kData error where it is missing or of
+// another shape.
+at::Tensor load_optimizer_state_like(const StateDict& state, const std::string& key, const at::Tensor& p) {
+  const at::Tensor& t = get_tensor(state, key);
+  BELLOWS_CHECK_DATA(t.defined() && t.sizes() == p.sizes(),
+                     fmt::format("optimizer state entry '{}' has shape {}, the parameter has shape {}", key,
+                                 t.defined() ? shape_of(t) : "(undefined)", shape_of(p)),
+                     kOptimizerLoadHint);
+  return at::empty_like(p, at::MemoryFormat::Preserve).copy_(t);
+}
+}  // namespace
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  c10::NoGradGuard no_grad;
+  check_optimizer_entries_known(state, groups_, options_.type);
   const double lr = get_double(state, "lr");
   const std::int64_t steps = get_int(state, "steps");
 
   // Build everything first, so that an error leaves this optimizer as it was.
-  auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_, momentum_buffer = momentum_buffer_, state_steps = state_steps_;
+  auto kind_state = state_;
+  auto state_steps = state_steps_;
   std::vector<at::Tensor> step_buffers = new_step_buffers();
-  auto load_like = [&](const std::string& key, const at::Tensor& p) {
-    const at::Tensor& t = get_tensor(state, key);
-    BELLOWS_CHECK_DATA(t.defined() && t.sizes() == p.sizes(),
-                       fmt::format("optimizer state entry '{}' has shape {}, the parameter has shape {}", key,
-                                   t.defined() ? shape_of(t) : "(undefined)", shape_of(p)),
-                       hint);
-    return at::empty_like(p, at::MemoryFormat::Preserve).copy_(t);  // onto the parameter's device, dtype, layout
-  };
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
       const std::string& name = groups_[g].names[i];
-      const at::Tensor& p = groups_[g].params[i];
       const at::Tensor& step = get_tensor(state, "step." + name);
       BELLOWS_CHECK_DATA(step.defined() && step.numel() == 1,
-                         fmt::format("optimizer state entry 'step.{}' is not a scalar", name), hint);
-      exp_avg[g][i] = exp_avg_sq[g][i] = momentum_buffer[g][i] = state_steps[g][i] = at::Tensor();
+                         fmt::format("optimizer state entry 'step.{}' is not a scalar", name), kOptimizerLoadHint);
+      for (auto& kind : kind_state) kind[g][i] = at::Tensor();
+      state_steps[g][i] = at::Tensor();
       if (step.item<double>() == 0) continue;  // never updated: no state
       state_steps[g][i] = new_step_tensor(step_buffers, g, i).copy_(step.reshape({}));
-      if (adam_) {
-        exp_avg[g][i] = load_like("exp_avg." + name, p);
-        exp_avg_sq[g][i] = load_like("exp_avg_sq." + name, p);
-      } else if (options_.momentum != 0) {
-        momentum_buffer[g][i] = load_like("momentum_buffer." + name, p);
+      for (std::size_t k = 0; k < kinds_.size(); ++k) {
+        kind_state[k][g][i] = load_optimizer_state_like(state, kinds_[k] + "." + name, groups_[g].params[i]);
       }
     }
   }
-  exp_avg_ = std::move(exp_avg);
-  exp_avg_sq_ = std::move(exp_avg_sq);
-  momentum_buffer_ = std::move(momentum_buffer);
+  state_ = std::move(kind_state);
   state_steps_ = std::move(state_steps);
   step_buffers_ = std::move(step_buffers);
   set_lr(lr);

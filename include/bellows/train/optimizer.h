@@ -1,6 +1,7 @@
 // Optimizers on ATen's fused kernels (_fused_adamw_, _fused_adam_, _fused_sgd_; CPU and CUDA), with a
 // foreach (_foreach_*) implementation where no fused kernel applies. LibTorch's own torch::optim::AdamW
-// is a per-parameter loop. Parameters are split into groups: weight decay on weights, none on biases and
+// is a per-parameter loop. Each algorithm is an UpdateRule registered by name (train/optimizer_registry.h);
+// Optimizer keeps what they share. Parameters are split into groups: weight decay on weights, none on biases and
 // norm parameters (1-D tensors, or names matching `no_decay_patterns`). Frozen parameters
 // (requires_grad == false) get no state at all.
 #pragma once
@@ -21,7 +22,7 @@ namespace bellows::train {
 using NamedParameters = NamedTensors;  // e.g. bellows::named_parameters(module)
 
 struct OptimizerOptions {
-  std::string type = "adamw";  // adamw | adam | sgd
+  std::string type = "adamw";  // a registered optimizer (train/optimizer_registry.h): adamw | adam | sgd
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;    // adam, adamw
   double eps = 1e-8;                    // adam, adamw
@@ -43,6 +44,9 @@ struct ParamGroup {
 // True when ATen has a fused optimizer kernel for `param` (CPU or CUDA; float32/float64/float16/bfloat16;
 // dense, non-overlapping memory). "auto" uses the fused kernels when this holds for every parameter.
 bool fused_kernel_available(const at::Tensor& param);
+
+class GroupStep;
+class UpdateRule;
 
 // The trainable parameters grouped as an optimizer groups them: weight decay ("decay") first, then "no_decay";
 // frozen ones left out, a tied tensor kept once under its first name. The constructor's checks and errors.
@@ -100,25 +104,27 @@ class Optimizer {
   // Keys (parameter names as given to the constructor):
   //   "lr", "steps"                        scalars
   //   "step.<name>"                        every trainable parameter: its update count (float32, 0 = no state)
-  //   "exp_avg.<name>", "exp_avg_sq.<name>" adam/adamw, parameters with step > 0
-  //   "momentum_buffer.<name>"             sgd with momentum > 0, parameters with step > 0
+  //   "<kind>.<name>"                      each state kind of the rule, parameters with step > 0:
+  //     "exp_avg.<name>", "exp_avg_sq.<name>" adam/adamw
+  //     "momentum_buffer.<name>"             sgd with momentum > 0
   // The tensors alias the live state (no copy): serialise or clone them before the next step().
   StateDict state_dict() const;
   // Copies the state in, onto each parameter's device and dtype. A missing entry, a shape mismatch or an
   // entry for a parameter this optimizer does not have is a kData error naming the entry; on error the
-  // optimizer is left unchanged.
+  // optimizer is left unchanged. Entries of another registered optimizer's state kinds are ignored.
   void load_state_dict(const StateDict& state);
   // The entries of a whole model's optimizer state that belong to this optimizer's parameters, with "lr" and
   // "steps": what a rank of a sharded optimizer (dist.strategy zero1) loads from a checkpoint of every parameter.
   StateDict own_entries(const StateDict& state) const;
 
  private:
+  friend class GroupStep;  // a rule's view of one group's step (train/update_rule.h)
+
   void update(const at::Tensor& found_inf);  // step() after the skip decision; found_inf: none, or on-device skip
   bool has_new_parameter() const;            // a parameter with a gradient and no state yet
-  void step_adam(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
-                 const at::Tensor& found_inf);
-  void step_sgd(std::size_t g, const std::vector<std::size_t>& active, const std::vector<at::Tensor>& grads,
-                const at::Tensor& found_inf);
+  // The gradient of group g's parameter i as the kernels take it, or undefined where it has none this step.
+  at::Tensor kernel_gradient(std::size_t g, std::size_t i) const;
+  void allocate_state();  // every kind's and the step counts' slots, all undefined
   std::vector<at::Tensor> new_step_buffers() const;  // per group: [params] float32 on their one device (fused)
   at::Tensor new_step_tensor(const std::vector<at::Tensor>& buffers, std::size_t g, std::size_t i) const;
   // One more update for each of `active` (take_back false), or one less where found_inf is 1 (take_back true).
@@ -130,11 +136,13 @@ class Optimizer {
   at::Tensor lr_tensor_;  // use_lr_tensor(): the learning rate on the parameters' device; undefined otherwise
   std::int64_t step_count_ = 0;
   bool fused_ = false;
-  bool adam_ = false;       // adam or adamw (otherwise sgd)
-  bool decoupled_ = false;  // adamw
-  // Per group, per parameter: first/second moments (adam*), momentum buffers (sgd), step tensors (float32
-  // 0-dim; on the parameter's device with the fused kernels; on the CPU otherwise).
-  std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_, momentum_buffer_, state_steps_;
+  std::shared_ptr<const UpdateRule> rule_;  // the algorithm: options_.type's entry made it
+  std::vector<std::string> kinds_;          // rule_->state_kinds()
+  // Per state kind (kinds_), per group, per parameter: the rule's state (Adam's moments, SGD's momentum buffers).
+  std::vector<std::vector<std::vector<at::Tensor>>> state_;
+  // Per group, per parameter: step tensors (float32 0-dim; on the parameter's device with the fused kernels; on the
+  // CPU otherwise).
+  std::vector<std::vector<at::Tensor>> state_steps_;
   // With the fused kernels, a group's step tensors are slots (views) of one buffer, so counting an update of the
   // whole group is one op, not one per parameter; undefined for a group spread over devices.
   std::vector<at::Tensor> step_buffers_;

@@ -57,7 +57,13 @@ class ClassicHeader {
     }
     pos_ = 4;
     const std::uint64_t numrecs = count();
-    const bool streaming = numrecs == (version_ == 5 ? ~std::uint64_t{0} : 0xffffffffu);
+    // STREAMING (all ones) marks a file still being written. libnetcdf 4.9 reports it as the record dimension's
+    // length: 2^32 - 1 time steps in a 926-byte file, and a coordinate read of them asked for 32 GiB (found by
+    // fuzzing, tests/data/fuzz/netcdf_streaming_records.nc). A finished file states its count.
+    if (ok_ && numrecs == (version_ == 5 ? ~std::uint64_t{0} : 0xffffffffu)) {
+      reject(fmt::format("the record count is STREAMING (0x{:x}): a file still being written, not a finished one", numrecs));
+      return std::nullopt;
+    }
     std::vector<std::uint64_t> dims;
     tag(kDimensionTag, "NC_DIMENSION");
     std::set<std::string> dim_names, var_names;
@@ -113,7 +119,7 @@ class ClassicHeader {
     for (const auto& v : vars) {
       if (!v.record) {
         end = std::max(end, v.begin + v.bytes);
-      } else if (!streaming && numrecs > 0) {
+      } else if (numrecs > 0) {
         end = std::max(end, v.begin + (numrecs - 1) * record_size + v.bytes);
       }
     }

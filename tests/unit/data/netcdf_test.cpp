@@ -393,6 +393,22 @@ TEST_F(NetcdfTest, HeadersLibnetcdfDoesNotSurviveAreRejectedFirst) {
       << e.message();
 }
 
+TEST_F(NetcdfTest, AStreamingRecordCountIsADataError) {
+  // numrecs 0xffffffff (STREAMING: a file still being written): libnetcdf 4.9 reports 2^32 - 1 time steps for this
+  // 926-byte file, and reading the time coordinate asked for 32 GiB (found by a 10-minute fuzzing run).
+  NetcdfOptions o = raw();
+  o.path = fs::path(BELLOWS_TEST_DATA_DIR) / "fuzz" / "netcdf_streaming_records.nc";
+  const Error e = error_from([&] { make_netcdf_dataset(o); });
+  EXPECT_EQ(e.kind(), ErrorKind::kData) << e.message();
+  EXPECT_NE(e.message().find("netcdf_streaming_records.nc: not a valid NetCDF classic header: the record count is STREAMING "
+                             "(0xffffffff): a file still being written, not a finished one"),
+            std::string::npos)
+      << e.message();
+  // The reader itself refuses it too, before any allocation.
+  const Error direct = error_from([&] { NetcdfFile(o.path, {}); });
+  EXPECT_EQ(direct.kind(), ErrorKind::kData) << direct.message();
+}
+
 TEST_F(NetcdfTest, UnknownVariableSuggestsTheClosest) {
   NetcdfOptions o = raw();
   o.variables = {"t2n"};

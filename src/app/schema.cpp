@@ -6,13 +6,13 @@
 #include "bellows/app/data_setup.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/app/tuned_plan.h"
 #include "bellows/data/build.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/registry.h"
-#include "bellows/obs/sink_registry.h"
 #include "bellows/precision/precision.h"
 #include "bellows/util/check.h"
 
@@ -177,90 +177,11 @@ constexpr std::pair<const char*, const char*> kCommonNames[] = {
     {"ema_decay", "ema.decay"},
 };
 
-void add_run_identity_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("name", Type::kString, "run name; outputs go to <output_dir>/<name>").default_value(node("run"));
-  // An output path follows the rule of every path (config/paths.h): `output_dir: runs` in a file is beside the file.
-  s.add("output_dir", Type::kString,
-        "directory that holds run directories (relative to the config file; the default and the command line's: to the "
-        "working directory)")
-      .default_value(node("runs"))
-      .file_path();
-  s.add("seed", Type::kInt, "seed for weights, data order and dropout").min(0).default_value(node(0));
-}
-
-void add_step_execution_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("dropout_masks", Type::kString, "dropout masks: parallel (Philox, filled in parallel on the CPU) or torch (at::dropout's draws, as PyTorch)")
-      .choices({"parallel", "torch"}).default_value(node("parallel"));
-  // auto by default: on CUDA the captured step is measured against eager steps and kept only where it is faster; on the
-  // CPU (and wherever a run cannot be captured) steps run eagerly.
-  s.add("compile", Type::kString, "whole training steps as CUDA graphs: auto (on CUDA, where the run allows it: captured, timed against "
-        "eager steps, the faster kept), cuda_graph (always, where allowed), or off")
-      .choices({"auto", "cuda_graph", "off"}).default_value(node("auto"));
-}
-
-// dist: how replicas meet (the registered strategies and their keys: dist/registry.h)
+// The registered strategies' own keys (dist/registry.h); dist.strategy itself is a RunSettings key.
 void add_strategy_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  std::vector<std::string> strategies = {"auto"};
-  for (const auto& name : dist::strategy_names()) strategies.push_back(name);
-  s.add("dist.strategy", Type::kString, "how replicas meet: auto (one process: single; several started by a launcher: ddp where each "
-        "rank's memory allows, else zero2, else fsdp), or a registered strategy").choices(strategies).default_value(node("auto"));
   for (const auto& entry : dist::strategy_entries()) {
     if (entry.add_keys) entry.add_keys(s);
   }
-}
-
-void add_batch_and_limit_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("train.global_batch_size", Type::kInt, "samples per optimizer step over all ranks (0: data.batch_size x accumulation x ranks); "
-        "required by data.batch_size: auto, checked against them otherwise").min(0).default_value(node(0));
-  s.add("cpu_tensor_limit_mb", Type::kDouble, "CPU tensor allocations past this many MB fail as out of memory (0: no limit): emulate a "
-        "smaller machine, or test out-of-memory handling").min(0).default_value(node(0.0));
-  s.add("gpu_memory_limit_mb", Type::kDouble, "the CUDA caching allocator's limit in MB (0: none; PyTorch's set_per_process_memory_fraction): "
-        "share a GPU, emulate a smaller one, or test out-of-memory handling on a device").min(0).default_value(node(0.0));
-}
-
-// The weights a run starts from, and what the plan may decide about memory and numerics.
-void add_weights_and_memory_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("checkpoint.strict", Type::kBool, "resume: every model tensor must match (false: load what matches)").default_value(node(true));
-  s.add("init_weights", Type::kString, "safetensors file of pretrained weights loaded before training (by tensor name)")
-      .default_value(node("")).file_path();
-  s.add("init_weights_strict", Type::kBool, "init_weights: every model tensor must be in the file (false: load what matches)").default_value(node(true));
-  s.add("checkpointing", Type::kStringList,
-        "activation checkpointing: block name patterns (e.g. encoder.layers.*), or auto (the plan decides from a measured step)")
-      .default_value(YAML::Load("[]"));
-  s.add("plan.allow", Type::kStringList,
-        "what `bellows plan` may change that changes the numerics: precision, batch_size (micro-batch x accumulation at the "
-        "same samples per step)").default_value(YAML::Load("[]"));
-  s.add("memory_budget_gib", Type::kDouble, "memory a training step may use (0: the device's available memory); checkpointing: auto")
-      .min(0).default_value(node(0.0));
-}
-
-// The registered sinks' switches, FLOP counting, and what online training logs where.
-void add_logging_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  for (const auto& sink : obs::sink_entries()) {  // the switches of the registered sinks (obs/sink_registry.h)
-    if (!sink.key.empty()) s.add(sink.key, Type::kBool, sink.help).default_value(node(sink.on_by_default));
-  }
-  s.add("log.flops", Type::kBool, "count a training step's FLOPs from its ops' shapes and report achieved GFLOP/s and MFU "
-        "against the cached measured matmul peak (measured once per machine)").default_value(node(true));
-  s.add("online.console", Type::kString, "online training (app/online.h, the C API): where the training log goes")
-      .choices({"stdout", "stderr", "none"}).default_value(node("stdout"));
-  s.add("online.log", Type::kString, "online training: what the console shows: sessions (the header, one line a session and "
-        "warnings) or epochs (also every step's line, each epoch and evaluation, as `bellows train`)")
-      .choices({"sessions", "epochs"}).default_value(node("sessions"));
-}
-
-void add_resume_key(config::Schema& s) {
-  s.add("resume", Type::kString, "auto (the newest valid checkpoint of the newest run of this name, <name> or <name>-N, if "
-        "any) or a checkpoint path")
-      .default_value(YAML::Node(""))
-      .file_path([](const config::Config&, const std::string& value) {
-        return value == "auto" ? std::size_t{0} : value.size();  // auto names no file
-      });
 }
 
 // The command line's flags for common keys, and other tools' names for them (kCommonNames).
@@ -281,20 +202,13 @@ void add_run_key_names(config::Schema& s) {
 
 config::Schema run_schema(const std::string& model_name) {
   config::Schema s;
-  add_run_identity_keys(s);
+  add_run_setting_keys(s);  // the run's own keys (run_settings.h)
   // The keys bound to options structs (config/binding.h): the plan's (run.h), the trainer's (trainer_setup.h)
   add_plan_keys(s);
   add_trainer_keys(s);
-  add_step_execution_keys(s);
   add_strategy_keys(s);
-  add_batch_and_limit_keys(s);
   add_loader_keys(s);
   data::add_dataset_keys(s);
-  add_weights_and_memory_keys(s);
-  add_logging_keys(s);
-  add_resume_key(s);
-  // model
-  s.add("model.name", Type::kString, "registered model").default_value(YAML::Node("mlp"));
   models::find_model(model_name).add_keys(s);
   add_run_key_names(s);
   return s;

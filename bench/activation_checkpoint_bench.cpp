@@ -15,11 +15,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bellows/app/run_settings.h"
+#include "bellows/app/schema.h"
 #include "bellows/config/config.h"
 #include "bellows/models/activation_checkpoint.h"
 #include "bellows/models/registry.h"
 #include "bellows/obs/memory.h"
-#include "bellows/app/schema.h"
 
 using namespace bellows;
 
@@ -51,10 +52,9 @@ struct Workload {
 
 models::BuiltModel build(const Workload& w) {
   config::Config c = config::Config::parse(w.model_yaml, w.name);
-  const std::string model = c.node("model.name").as<std::string>();
-  app::run_schema(model).validate(c);
+  app::validate_run_config(c);
   torch::manual_seed(0);
-  return models::find_model(model).build(c, {});
+  return models::find_model(app::run_settings(c).model_name).build(c, {});
 }
 
 // One training step's peak bytes above the memory held before it.

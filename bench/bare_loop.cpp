@@ -109,7 +109,7 @@ double median(std::vector<double> v) {
 // mode.
 models::BuiltModel bare_model(const config::Config& c, const plan::Plan& p, const data::DataSplits& splits) {
   models::BuiltModel built = app::build_model(c, app::model_context(splits));
-  if (const std::string init = config::get_string(c, "init_weights"); !init.empty()) {
+  if (const std::string init = app::run_settings(c).init_weights; !init.empty()) {
     app::import_weights(*built.module, models::WeightImport{init, "", true, "model", "init_weights_strict"});
   }
   built.module->to(p.device);
@@ -211,7 +211,7 @@ int run(const Args& a) {
   config::Config c = app::resolve_config(a.config, a.overrides);
   const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
   plan::apply(p);
-  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(c, "seed")));
+  torch::manual_seed(static_cast<std::uint64_t>(app::run_settings(c).seed));
   models::set_dropout_masks(app::dropout_masks_setting(c));
 
   const data::DataSplits splits = data::build_datasets(c);

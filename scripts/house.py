@@ -5,12 +5,15 @@
   files      no source file (C++, C, CUDA, Fortran, Python) over 600 lines
   functions  no function over 80 lines, as lizard measures a function's length (its first line to its closing brace,
              the lambdas inside it included)
+  config     no config value read by key name outside config/ and the bindings: every key is declared once, in a
+             config::Binding beside the options struct it fills, and read through that struct (config/binding.h)
 
-over src/, include/, tools/, tests/ and bench/. The examples (examples/) are written as one story each for a reader
+over src/, include/, tools/, tests/ and bench/ (config: src/, include/, tools/ and bench/; tests read configs to
+check them). The examples (examples/) are written as one story each for a reader
 and are not checked. Prints nothing and exits 0 when every rule holds; else one line per breach, naming the file,
 the line and the rule, and exits 1. The CTest house.rules runs it (the README's test command, the quick tier too).
 
-    python3 scripts/house.py [--root REPOSITORY] [--only layering|files|functions]
+    python3 scripts/house.py [--root REPOSITORY] [--only layering|files|functions|config]
 
 Function lengths are lizard's (PyPI; scripts/setup.sh installs it with the tests' Python packages): a parser of
 C/C++, Python and Fortran that needs no compile commands, where clang-tidy's readability-function-size would parse
@@ -41,6 +44,22 @@ ALLOWED = {
     "plan": {"plan/", "util/", "hw/", "precision/", "dist/registry.h", "dist/memory.h"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"bellows/([^"]+)"')
+
+# Config reads by key name. A binding's reader gets its key as the parameter `key` (config/binding.h:
+# Binding::custom): config::get_*(c, key) there is the binding's own read; any other key argument is a read by name.
+CONFIG_DIRS = ("src", "include", "tools", "bench")
+CONFIG_OWN = ("src/config/", "include/bellows/config/",
+              # The schema's composition: which model's keys to declare is read from the raw config before it can be
+              # validated (model.name), as are the demo's pieces.
+              "src/app/schema.cpp")
+CONFIG_READS = [
+    (re.compile(r"config::(get_(?:bool|int|double|string|string_list|int_list|double_list)|is_word)\s*\(\s*[^,()]+,\s*(?!\s|key\s*[,)])"),
+     "reads a key by name: read it through its binding's options struct"),
+    (re.compile(r"using\s+(?:bellows::)?config::(?:get_\w+|is_word)\b"), "imports a config getter: read keys through their binding"),
+    (re.compile(r"\.(?:has|node)\(\s*(?:\"|k[A-Z])"), "looks a key up by name: read it through its binding's options struct"),
+    (re.compile(r"(?:\.|->)add\(\s*\"[a-z_]+(?:\.[a-z_]+)*\"\s*,\s*(?:config::)?Type::"),
+     "declares a key by hand: declare it with a config::Binding beside its options struct"),
+]
 
 
 def source_files(root):
@@ -113,17 +132,48 @@ def check_functions(root, files):
     return breaches
 
 
+# Lines each config pattern must flag, and lines none may: the rule's own test, run with it.
+CONFIG_FLAGGED = ['config::get_string(c, "model.name")', 'config::get_int(*r.config,\n "seed")', 'config::is_word(c, kBatch, "auto")',
+                  'using config::get_int;', 'c.has("data.path")', 'c.node("model.name")', 'c.has(kOld)',
+                  's.add("model.task", config::Type::kString, "objective")', 'schema->add("seed", Type::kInt, "seed")']
+CONFIG_CLEAN = ['config::get_bool(c, key)', 'config::get_double_list(c, key);', 'config::is_word(c, key, "auto")',
+                'get_int(state, "steps")', 'c.origin("model.task").str()', 'sources().add(std::move(entry))',
+                'b.key("lr", &O::lr, "peak learning rate")']
+
+
+def config_rule_holds():
+    def flagged(text):
+        return any(p.search(text) for p, _ in CONFIG_READS)
+    return all(flagged(t) for t in CONFIG_FLAGGED) and not any(flagged(t) for t in CONFIG_CLEAN)
+
+
+def check_config(root, files):
+    if not config_rule_holds():
+        return ["scripts/house.py: config: the patterns no longer tell reads by name from a binding's reads (CONFIG_FLAGGED, CONFIG_CLEAN)"]
+    breaches = []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith(CONFIG_DIRS) or rel.startswith(CONFIG_OWN) or path.suffix not in (".cpp", ".h"):
+            continue
+        text = path.read_text(errors="replace")
+        for pattern, why in CONFIG_READS:
+            for match in pattern.finditer(text):
+                line = text.count("\n", 0, match.start()) + 1
+                breaches.append(f"{rel}:{line}: config: {match.group(0).strip()} ... {why}")
+    return breaches
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parent.parent), help="the repository")
-    ap.add_argument("--only", choices=("layering", "files", "functions"))
+    ap.add_argument("--only", choices=("layering", "files", "functions", "config"))
     a = ap.parse_args()
     root = Path(a.root).resolve()
     files = list(source_files(root))
     if not files:
         print(f"house: no source files under {root} ({', '.join(CHECKED_DIRS)})", file=sys.stderr)
         return 1
-    checks = {"layering": check_layering, "files": check_files, "functions": check_functions}
+    checks = {"layering": check_layering, "files": check_files, "functions": check_functions, "config": check_config}
     breaches = []
     for name, check in checks.items():
         if a.only in (None, name):

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bellows/app/run_settings.h"
+#include "bellows/app/trainer_setup.h"  // defines: trainer_settings
 #include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/data/resident.h"
 #include "bellows/data/stager.h"
@@ -19,9 +21,8 @@ using config::Type;
 
 namespace {
 
-// The loader's data.* keys of data::LoaderOptions, bound once (config/binding.h). data.batch_size is declared on
-// its own in add_loader_keys: it takes the word auto and its value is worked out (loaded_batch_size); workers come
-// from the plan (data.workers is the plan's key, run.cpp).
+// The loader's data.* keys of data::LoaderOptions, bound once (config/binding.h); workers come from the plan
+// (data.workers is the plan's key, run.cpp).
 const config::Binding<data::LoaderOptions>& loader_binding() {
   using O = data::LoaderOptions;
   return config::bound<O>("data.", [](config::Binding<O>& b) {
@@ -33,9 +34,7 @@ const config::Binding<data::LoaderOptions>& loader_binding() {
 }
 
 // The sampler's data.* keys of data::SamplerOptions, bound once. data.sampler is read into `kind` as it is
-// written, auto included (resolved by sampler_options, as dist.backend's auto is); data.shuffle (what auto
-// follows) and data.weights (a policy; the weights come from the labels) are no fields and stay declarations of
-// their own in add_loader_keys; the seed is the run's.
+// written, auto included (resolved by sampler_options, as dist.backend's auto is); the seed is the run's.
 const config::Binding<data::SamplerOptions>& sampler_binding() {
   using O = data::SamplerOptions;
   return config::bound<O>("data.", [](config::Binding<O>& b) {
@@ -46,24 +45,36 @@ const config::Binding<data::SamplerOptions>& sampler_binding() {
   });
 }
 
-}  // namespace
-
-void add_loader_keys(config::Schema& s) {
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("data.batch_size", Type::kInt, "samples per batch (per micro-batch); auto: batches of train.global_batch_size / ranks, run as the "
-        "largest micro-batches that fit in memory (measured)").min(1).or_words({"auto"}).default_value(node(32));
-  s.add("data.shuffle", Type::kBool, "shuffle each epoch (seeded); sampler auto follows it").default_value(node(true));
-  s.add("data.weights", Type::kString, "weighted sampler: balanced (inverse class frequency of the labels)")
-      .choices({"balanced"}).default_value(node("balanced"));
-  sampler_binding().declare(s);
-  loader_binding().declare(s);
+// data.batch_size (a number, or auto: worked out by loaded_batch_size), data.shuffle (what sampler auto follows) and
+// data.weights (a policy; the weights come from the labels) beside the loader's and the sampler's keys.
+const config::Binding<LoaderSettings>& loader_settings_binding() {
+  using L = LoaderSettings;
+  return config::bound<L>("data.", [](config::Binding<L>& b) {
+    b.custom("batch_size", Type::kInt, "samples per batch (per micro-batch); auto: batches of train.global_batch_size / ranks, run as the "
+             "largest micro-batches that fit in memory (measured)",
+             [](const config::Config& c, const std::string& key, L& o) {
+               o.batch_auto = config::is_word(c, key, "auto");
+               if (!o.batch_auto) o.batch_size = config::get_int(c, key);
+             })
+        .min(1).or_words({"auto"}).default_value(YAML::Node(L{}.batch_size));
+    b.key("shuffle", &L::shuffle, "shuffle each epoch (seeded); sampler auto follows it");
+    b.key("weights", &L::weights, "weighted sampler: balanced (inverse class frequency of the labels)").choices({"balanced"});
+    b.nest(&L::sampler, sampler_binding());
+    b.nest(&L::loader, loader_binding());
+  });
 }
 
+}  // namespace
+
+void add_loader_keys(config::Schema& s) { loader_settings_binding().declare(s); }
+
+LoaderSettings loader_settings(const config::Config& c) { return loader_settings_binding().read(c); }
+
 std::int64_t loaded_batch_size(const config::Config& c, int world_size) {
-  const std::int64_t global = config::get_int(c, "train.global_batch_size");
-  const std::int64_t accumulation = config::get_int(c, "train.accumulation_steps");
-  if (!config::is_word(c, "data.batch_size", "auto")) {
-    const std::int64_t batch = config::get_int(c, "data.batch_size");
+  const std::int64_t global = run_settings(c).global_batch_size;
+  const std::int64_t accumulation = trainer_settings(c).accumulation_steps;
+  if (const LoaderSettings settings = loader_settings(c); !settings.batch_auto) {
+    const std::int64_t batch = settings.batch_size;
     BELLOWS_CHECK_CONFIG(global == 0 || global == batch * accumulation * world_size,
                          fmt::format("train.global_batch_size is {} ({}), but data.batch_size {} x train.accumulation_steps {} x {} rank(s) "
                                      "is {}", global, c.origin("train.global_batch_size").str(), batch, accumulation, world_size,
@@ -85,18 +96,18 @@ std::int64_t loaded_batch_size(const config::Config& c, int world_size) {
 }
 
 data::LoaderOptions loader_options(const config::Config& c, const plan::Plan& p, int world_size) {
-  data::LoaderOptions o;
+  data::LoaderOptions o = loader_settings(c).loader;
   o.batch_size = loaded_batch_size(c, world_size);
-  loader_binding().read_into(c, o);
   o.workers = p.workers;
   o.on_device = p.on_device == "true";
   return o;
 }
 
 data::SamplerOptions sampler_options(const config::Config& c, const data::Dataset& dataset) {
-  data::SamplerOptions o = sampler_binding().read(c);
-  o.seed = static_cast<std::uint64_t>(config::get_int(c, "seed"));
-  if (o.kind == "auto") o.kind = config::get_bool(c, "data.shuffle") ? "shuffle" : "sequential";
+  const LoaderSettings settings = loader_settings(c);
+  data::SamplerOptions o = settings.sampler;
+  o.seed = static_cast<std::uint64_t>(run_settings(c).seed);
+  if (o.kind == "auto") o.kind = settings.shuffle ? "shuffle" : "sequential";
   if (o.kind == "weighted") {
     const at::Tensor labels = dataset.class_labels();
     BELLOWS_CHECK_CONFIG(labels.defined(),
@@ -133,7 +144,7 @@ Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::sh
   l.splits = data::build_datasets(c, std::move(stream));
   // data.on_device: decided now that the data's bytes are known; data gathered on the device needs no workers.
   const std::vector<const data::Dataset*> datasets = {l.splits.train.get(), l.splits.val.get()};
-  const double budget_gib = config::get_double(c, "memory_budget_gib");
+  const double budget_gib = run_settings(c).memory_budget_gib;
   l.plan_rows.push_back(plan::plan_data_placement(
       planned, data::placement_bytes(datasets), data::unplaceable(datasets),
       budget_gib > 0 ? static_cast<std::int64_t>(budget_gib * double(1LL << 30)) : plan::device_free_bytes(hw::HardwareInfo::get(), planned)));

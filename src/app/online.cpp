@@ -17,6 +17,7 @@
 #include "bellows/app/model_setup.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/data/stream_buffer.h"
 #include "bellows/data/tensor_dataset.h"
@@ -84,7 +85,7 @@ OnlineTrainer::OnlineTrainer(const config::Config& c, const dist::ProcessInfo* j
     : parts_(std::make_unique<Parts>()), compute_(plan_threads(c)) {
   // The one exception to LibTorch work on the compute thread: the profiler that counts FLOPs is initialised here, on
   // the program's thread (obs/profile.h says why; it starts no OpenMP team).
-  if (config::get_bool(c, "log.flops")) obs::FlopCounter::initialise_on_this_thread();
+  if (run_settings(c).log_flops) obs::FlopCounter::initialise_on_this_thread();
   compute_.submit<void>([&] { construct(c, job); }).get();  // LibTorch work on the compute thread only (see ComputeThread)
 }
 
@@ -97,12 +98,12 @@ void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* 
                        "set data.source: stream; the program pushes the samples");
   // The run assembled as `bellows train` assembles one (run_assembly.h), as sessions over pushed samples.
   RunOptions o;
-  const std::string console = config::get_string(c, "online.console");
+  const std::string console = run_settings(c).online_console;
   o.console = console == "none" ? nullptr : console == "stderr" ? stderr : stdout;
   o.sinks = {p.latest};
   o.stop_flag = &stop_;
   o.job = job;
-  o.console_sessions_only = config::get_string(c, "online.log") == "sessions";
+  o.console_sessions_only = run_settings(c).online_log == "sessions";
   buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
   AssembledRun a = assemble_online(c, o);
   p.plan = std::move(a.plan);
@@ -112,7 +113,7 @@ void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* 
   run_dir_ = a.run_dir;
   if (a.resume_from) {
     restore_here(*a.resume_from, /*collective=*/false);  // every rank resumes as it is created
-  } else if (config::get_string(c, "resume") == "auto") {
+  } else if (run_settings(c).resume == "auto") {
     started_fresh_ = true;  // the C API's status says so (BELLOWS_STARTED_FRESH), besides the log's line
   }
 }

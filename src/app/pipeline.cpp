@@ -9,6 +9,8 @@
 #include <fstream>
 #include <optional>
 
+#include "bellows/app/run.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/app/schema.h"
 #include "bellows/config/config.h"
 #include "bellows/obs/memory.h"
@@ -101,7 +103,7 @@ std::vector<StageResult> run_pipeline(const fs::path& file, const std::vector<st
   for (std::size_t i = 0; i < n; ++i) {
     StageResult r;
     r.config = stages[i];
-    r.name = config::get_string(configs[i], "name");
+    r.name = run_settings(configs[i]).name;
     print(options, fmt::format("=== pipeline stage {} of {}: {} (run '{}') ===", i + 1, n, stages[i].string(), r.name));
     const plan::Plan p = plan::resolve(plan_request(configs[i]), hw::HardwareInfo::get());
     obs::install_cpu_tracking();

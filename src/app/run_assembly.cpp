@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <optional>
 
+#include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
 #include "bellows/app/precision_trial.h"
 #include "bellows/app/profiles.h"
 #include "bellows/app/run.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/app/strategy_setup.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/ckpt/checkpoint.h"
@@ -46,21 +48,21 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
                                  const data::Dataset& train, dist::Strategy& ranks) {
   plan::MicroBatchRequest request;
   request.loaded_batch = std::min(loaded_batch_size(c, ranks.world_size()), train.size());
-  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  request.memory_budget_gib = run_settings(c).memory_budget_gib;
   const obs::MemoryStats mem = obs::memory_stats(p.device);
   request.held_bytes = mem.tracked ? mem.current_bytes : 0;
   if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
-  if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
+  if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(run_settings(c).gpu_memory_limit_mb * 1e6);
   // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
   // Under zero1 and zero2 the optimizer holds this rank's share.
   std::int64_t param_bytes = 0, shard_bytes = 0;
   for (const auto& t : trainer.trainable()) param_bytes += t.numel() * t.element_size();
   for (const auto& t : trainer.optimizer().parameters()) shard_bytes += t.numel() * t.element_size();
   const int states = optimizer_states(c);
-  const int copies = states + (config::get_bool(c, "ema.enabled") ? 1 : 0);
+  const int copies = states + (trainer_settings(c).ema.has_value() ? 1 : 0);
   request.later_bytes = shard_bytes * states + param_bytes * (copies - states);
   // On the CPU a checkpoint's host copy of the weights and that state is tensor memory too, while training goes on.
-  if (p.device.is_cpu() && config::get_bool(c, "checkpoint.enabled")) request.later_bytes += param_bytes * (1 + copies);
+  if (p.device.is_cpu() && checkpoint_settings(c).enabled) request.later_bytes += param_bytes * (1 + copies);
   std::optional<data::Batch> batch;  // the loaded batch's samples, fetched once; trials take the first b
   plan::MicroBatchProbe probe;
   probe.measure_step = [&](std::int64_t samples) {
@@ -86,8 +88,8 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
 plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
                                    Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
   plan::CheckpointingRequest request;
-  request.patterns = config::get_string_list(c, "checkpointing");
-  request.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  request.patterns = run_settings(c).checkpointing;
+  request.memory_budget_gib = run_settings(c).memory_budget_gib;
   const bool is_auto = request.patterns.size() == 1 && request.patterns[0] == "auto";
   BELLOWS_CHECK_CONFIG(is_auto || std::find(request.patterns.begin(), request.patterns.end(), "auto") == request.patterns.end(),
                        fmt::format("checkpointing: 'auto' must stand alone, got [{}] ({})", fmt::join(request.patterns, ", "),
@@ -109,17 +111,17 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
 // Online training has no data at the start: what a run decides from measured steps on its first batch, it takes from
 // the config as it stands, saying so.
 void plan_without_data(const config::Config& c, torch::nn::Module& model, std::vector<std::string>& notes) {
-  const std::vector<std::string> patterns = config::get_string_list(c, "checkpointing");
+  const std::vector<std::string> patterns = run_settings(c).checkpointing;
   if (!patterns.empty() && !(patterns.size() == 1 && patterns[0] == "auto")) {
     models::apply_checkpointing(model, patterns);
   } else if (!patterns.empty()) {
     notes.push_back("checkpointing: auto measures a step on the first batch of a run; online training has no data at the start "
                     "and checkpoints no blocks (name them in checkpointing: to checkpoint some)");
   }
-  if (config::is_word(c, "data.batch_size", "auto")) {
+  if (loader_settings(c).batch_auto) {
     notes.push_back(fmt::format("data.batch_size: auto measures steps on the first batch of a run; online training has no data at the start: "
                                 "each batch of train.global_batch_size ({}) runs whole (out-of-memory recovery still splits it)",
-                                config::get_int(c, "train.global_batch_size")));
+                                run_settings(c).global_batch_size));
   }
 }
 
@@ -128,7 +130,7 @@ void plan_without_data(const config::Config& c, torch::nn::Module& model, std::v
 // the run's messages when peaks were measured or MFU cannot be reported.
 void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, bool may_measure,
                       train::TrainerOptions& o, std::vector<std::string>& notes) {
-  o.count_flops = config::get_bool(c, "log.flops");
+  o.count_flops = run_settings(c).log_flops;
   if (!o.count_flops) return;
   const hw::CachedPeaks peaks = hw::cached_peaks(hw, may_measure);
   if (peaks.measured_now) {
@@ -158,11 +160,11 @@ void trial_steps_of_the_model(const config::Config& c, AssembledRun& a, int worl
                      : val_path.empty()    ? fmt::format("the validation split ({})", splits.val->name())
                                            : fmt::format("the validation data (data.val_path {}: {})", c.origin("data.val_path").str(), val_path),
                      ErrorKind::kData}});
-  if (config::get_string(c, "precision") != "auto" || !a.plan.device.is_cpu() || a.plan.precision == "fp32" || world_size != 1 ||
+  if (plan_request(c).precision != "auto" || !a.plan.device.is_cpu() || a.plan.precision == "fp32" || world_size != 1 ||
       splits.train->size() == 0) {
     return;
   }
-  const std::int64_t samples = config::is_word(c, "data.batch_size", "auto") ? 32 : loaded_batch_size(c);
+  const std::int64_t samples = loader_settings(c).batch_auto ? 32 : loaded_batch_size(c);
   const PrecisionTrial trial = measure_precision_trial(*a.model.module, *a.model.task, probe_batch(*splits.train, samples), a.plan.precision);
   const auto rule = std::find_if(a.plan.entries.begin(), a.plan.entries.end(), [](const plan::PlanEntry& e) { return e.key == "precision"; });
   const auto [precision, reason] = precision_from_trial(trial, rule == a.plan.entries.end() ? std::string() : rule->reason);
@@ -170,7 +172,7 @@ void trial_steps_of_the_model(const config::Config& c, AssembledRun& a, int worl
 }
 
 std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::path& dir, Trainer& trainer, const std::string& otherwise) {
-  const std::string resume = config::get_string(c, "resume");
+  const std::string resume = run_settings(c).resume;
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") {
     config::check_path_exists(c, "resume", resume, ErrorKind::kData,
@@ -252,8 +254,8 @@ fs::path run_to_continue(const fs::path& base) {
 }  // namespace
 
 fs::path make_run_dir(const config::Config& c) {
-  const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
-  const std::string resume = config::get_string(c, "resume");
+  const fs::path base = fs::path(run_settings(c).output_dir) / run_settings(c).name;
+  const std::string resume = run_settings(c).resume;
   fs::path dir = resume == "auto" ? run_to_continue(base) : base;
   for (int i = 2; resume.empty() && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
   std::error_code ec;
@@ -315,7 +317,7 @@ void resolve_the_plan(Assembly& s) {
 // Dropout's masks and the seed: the same on every rank.
 void seed_the_run(const Assembly& s) {
   models::set_dropout_masks(dropout_masks_setting(s.c));
-  torch::manual_seed(static_cast<std::uint64_t>(config::get_int(s.c, "seed")));
+  torch::manual_seed(static_cast<std::uint64_t>(run_settings(s.c).seed));
 }
 
 // The model, and the rows it chose.
@@ -326,10 +328,10 @@ void build_the_model(Assembly& s, const models::ModelContext& context) {
 
 // init_weights: pretrained weights by name (e.g. a frozen encoder, seed 004); a resumed checkpoint overrides them.
 void import_the_weights(Assembly& s) {
-  if (const std::string init = config::get_string(s.c, "init_weights"); !init.empty()) {
+  if (const std::string init = run_settings(s.c).init_weights; !init.empty()) {
     config::check_path_exists(s.c, "init_weights", init, ErrorKind::kData,
                               "give a safetensors file of the model's weights (bellows ckpt export writes one)");
-    const models::WeightImport w{init, "", config::get_bool(s.c, "init_weights_strict"), "model", "init_weights_strict"};
+    const models::WeightImport w{init, "", run_settings(s.c).init_weights_strict, "model", "init_weights_strict"};
     s.notes.push_back(import_note(w, import_weights(*s.run.model.module, w)));
   }
 }
@@ -346,7 +348,7 @@ void make_the_run_directory(Assembly& s) {
 // the H200) and before the run's probe steps, batch-size trials and steps allocate there.
 void set_up_measurement(Assembly& s) {
   set_flop_options(s.c, s.hw, s.run.plan, /*may_measure=*/s.run.strategy->world_size() == 1, s.t, s.notes);
-  if (const double mb = config::get_double(s.c, "gpu_memory_limit_mb"); mb > 0) {
+  if (const double mb = run_settings(s.c).gpu_memory_limit_mb; mb > 0) {
     obs::limit_device_memory(s.run.plan.device, static_cast<std::int64_t>(mb * 1e6));
   }
 }
@@ -392,12 +394,12 @@ void record_the_run(Assembly& s, const RunOptions& o) {
       write_file_atomically(a.run_dir / "categories.json", nlohmann::json(a.loaders->splits.facts.categories).dump(2) + "\n");
     }
   }
-  trainer.set_run_info(config::get_string(s.c, "name"), a.run_dir.string());
+  trainer.set_run_info(run_settings(s.c).name, a.run_dir.string());
   trainer.set_header(header_rows(s.hw, a.plan));
   if (main) {
     const obs::SinkContext where{a.run_dir, o.console, o.tty, o.console_sessions_only};
     for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
-      if (!entry.key.empty() && !config::get_bool(s.c, entry.key)) continue;
+      if (!run_settings(s.c).sink_on(entry.key)) continue;
       if (std::shared_ptr<obs::Sink> sink = entry.make(where)) trainer.add_sink(std::move(sink));
     }
     for (const auto& sink : o.sinks) trainer.add_sink(sink);
@@ -414,7 +416,7 @@ void join_the_job(Assembly& s) {
   s.run.strategy = s.strategy.strategy;
   s.strategy_row_at = s.run.plan.entries.size();  // after the plan's rows; written once the trainer is built
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
-  s.run.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(config::get_double(s.c, "cpu_tensor_limit_mb") * 1e6));
+  s.run.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(run_settings(s.c).cpu_tensor_limit_mb * 1e6));
 }
 
 // Datasets, samplers, prefetching loaders on the planned device, and what the data decided.
@@ -428,8 +430,8 @@ void load_the_data(Assembly& s, const std::shared_ptr<data::StreamBuffer>& strea
 
 // log.flops: the model's analytic FLOPs, where its entry counts them.
 void note_the_model_flops(Assembly& s, const models::ModelContext& context) {
-  const auto& entry = models::find_model(config::get_string(s.c, "model.name"));
-  if (!entry.forward_flops || !config::get_bool(s.c, "log.flops")) return;
+  const auto& entry = models::find_model(run_settings(s.c).model_name);
+  if (!entry.forward_flops || !run_settings(s.c).log_flops) return;
   if (const std::optional<double> f = entry.forward_flops(s.c, context)) {
     s.notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
                                   "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
@@ -463,7 +465,7 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
   dist::Strategy& ranks = *a.strategy;
   const data::Dataset& first = *a.loaders->splits.train;
   std::optional<plan::PlanEntry> micro_batch;
-  if (config::is_word(s.c, "data.batch_size", "auto")) micro_batch = plan_micro_batch(s.c, s.hw, a.plan, trainer, first, ranks);
+  if (loader_settings(s.c).batch_auto) micro_batch = plan_micro_batch(s.c, s.hw, a.plan, trainer, first, ranks);
   const std::int64_t split = trainer.micro_split();
   const std::int64_t micro_samples = (loaded_batch_size(s.c, ranks.world_size()) + split - 1) / split;
   const plan::PlanEntry checkpointing = plan_checkpointing(s.c, s.hw, a.plan, *a.model.module, trainer, first, micro_samples);
@@ -478,7 +480,7 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
 // (RunOptions::job): they meet here as a run's processes do (within dist.timeout_s; ranks whose configs differ stop).
 // dist.strategy: auto joins as a run's would; online training has no data at the start to probe, so it stays there.
 void join_the_program_job(Assembly& s, const RunOptions& o) {
-  const std::string name = config::get_string(s.c, "dist.strategy");
+  const std::string name = run_settings(s.c).strategy;
   // A job of one rank trains alone unless a strategy of several processes is asked for by name (a process group of
   // one, as `bellows launch -n 1`: the GPU check's NCCL path on one GPU).
   const bool joins = o.job != nullptr && (o.job->world_size > 1 || (name != "auto" && dist::find_strategy(name).several_processes));
@@ -535,7 +537,7 @@ void trainer_options_of_sessions(Assembly& s, const RunOptions& o) {
     t.checkpoint.at_end = false;
   }
   t.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
-  if (config::get_string(s.c, "compile") == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
+  if (run_settings(s.c).compile == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
     s.notes.push_back(fmt::format("compile: cuda_graph: steps run eagerly: {}", train::step_graph_unfit({.cuda = true, .sessions = true})));
   }
 }
@@ -567,7 +569,7 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
   // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
   Trainer& trainer = *s.run.trainer;
   if (const auto from = checkpoint_to_resume(s.c, s.run.run_dir, trainer, "starting from the beginning")) {
-    resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), config::get_bool(s.c, "checkpoint.strict"), micro_batch,
+    resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), run_settings(s.c).checkpoint_strict, micro_batch,
                planned_split);
   }
   return std::move(s.run);

@@ -244,18 +244,22 @@ config::Config resolve_config_text(const std::string& yaml, const std::string& n
   return resolve_with_profile([&](const config::ProfileResolver& profiles) { return config::Config::parse(yaml, name, profiles); }, args);
 }
 
+namespace {
+
+// The model a config names before it is validated (its keys are part of the schema it is validated against).
+std::string model_named_in(const config::Config& c) {
+  return c.has("model.name") && c.node("model.name").IsScalar() ? c.node("model.name").as<std::string>() : "mlp";
+}
+
+}  // namespace
+
 config::Config resolve_loaded_config(config::Config c, const std::vector<std::string>& args) {
   c.apply_arguments(args, run_schema("mlp").aliases());
-  std::string model = "mlp";
-  if (c.has("model.name") && c.node("model.name").IsScalar()) model = c.node("model.name").as<std::string>();
-  const auto& entry = models::find_model(model);  // unknown names fail here, naming the closest
+  const auto& entry = models::find_model(model_named_in(c));  // unknown names fail here, naming the closest
   run_schema(entry.name).validate(c);
   return c;
 }
 
-void validate_run_config(config::Config& c) {
-  const std::string model = c.has("model.name") && c.node("model.name").IsScalar() ? c.node("model.name").as<std::string>() : "mlp";
-  run_schema(model).validate(c);
-}
+void validate_run_config(config::Config& c) { run_schema(model_named_in(c)).validate(c); }
 
 }  // namespace bellows::app

@@ -9,8 +9,9 @@
 #include <map>
 #include <unordered_set>
 
-#include "bellows/app/data_setup.h"     // defines: loaded_batch_size
-#include "bellows/app/trainer_setup.h"  // defines: optimizer_states
+#include "bellows/app/data_setup.h"     // defines: loaded_batch_size, loader_settings
+#include "bellows/app/run_settings.h"
+#include "bellows/app/trainer_setup.h"  // defines: optimizer_states, trainer_settings, checkpoint_settings
 #include "bellows/ckpt/checksum.h"
 #include "bellows/config/schema.h"
 #include "bellows/dist/ddp.h"
@@ -29,7 +30,7 @@ namespace bellows::app {
 
 dist::ProcessInfo process_info(const config::Config& c) {
   const dist::ProcessInfo p = dist::detect_process();
-  const std::string name = config::get_string(c, "dist.strategy");
+  const std::string name = run_settings(c).strategy;
   BELLOWS_CHECK_CONFIG(name == "auto" || dist::find_strategy(name).several_processes || !p.distributed(),
                        fmt::format("dist.strategy is {} ({}), but the environment names {} processes ({})", name, c.origin("dist.strategy").str(),
                                    p.world_size, p.reason),
@@ -38,7 +39,7 @@ dist::ProcessInfo process_info(const config::Config& c) {
 }
 
 StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& process, const plan::Plan& plan) {
-  const std::string asked = config::get_string(c, "dist.strategy");
+  const std::string asked = run_settings(c).strategy;
   const dist::StrategyEntry& entry = asked == "auto" ? dist::auto_strategy(process.world_size) : dist::find_strategy(asked);
   StrategySetup s;
   s.strategy = entry.make(dist::StrategyRequest{c, process, plan.device, ckpt::sha256_hex(c.to_yaml()).substr(0, 16), nullptr});
@@ -50,7 +51,7 @@ StrategySetup make_strategy(const config::Config& c, const dist::ProcessInfo& pr
   s.by_memory = asked == "auto";
   // data.batch_size is per process, as in PyTorch's DDP: an optimizer step sees world x batch x accumulation samples.
   const std::int64_t batch = loaded_batch_size(c, process.world_size);
-  const std::int64_t k = config::get_int(c, "train.accumulation_steps");
+  const std::int64_t k = trainer_settings(c).accumulation_steps;
   s.why = fmt::format("global batch {} = {} ranks x {}{}; {}{}", process.world_size * batch * k, process.world_size, batch,
                       k > 1 ? fmt::format(" x {} micro-batches", k) : "", asked == "auto" ? "" : "requested; ", process.reason);
   return s;
@@ -90,9 +91,10 @@ dist::MemoryFacts memory_facts(const config::Config& c, const plan::Plan& p, tor
   f.optimizer_states = optimizer_states(c);
   f.ema = o.ema.has_value();
   f.ema_eval = o.eval_with_ema;
-  f.bucket_bytes = static_cast<std::int64_t>(config::get_double(c, "dist.bucket_mb") * double(1 << 20));
-  f.checkpoints = config::get_bool(c, "checkpoint.enabled");
-  f.checkpoint_layout = config::get_string(c, "checkpoint.layout");
+  f.bucket_bytes = static_cast<std::int64_t>(dist::configured_ddp_options(c).bucket_mb * double(1 << 20));
+  const CheckpointSettings checkpoints = checkpoint_settings(c);
+  f.checkpoints = checkpoints.enabled;
+  f.checkpoint_layout = checkpoints.layout;
   f.host_memory = !p.device.is_cuda();
   return f;
 }
@@ -104,13 +106,14 @@ void choose_by_memory(StrategySetup& setup, const config::Config& c, const hw::H
   plan::StrategyRequest r;
   r.facts = memory_facts(c, p, model, options, job.world_size());
   r.local_world_size = process.local_world_size;
-  r.memory_budget_gib = config::get_double(c, "memory_budget_gib");
+  const RunSettings run = run_settings(c);
+  r.memory_budget_gib = run.memory_budget_gib;
   if (p.device.is_cpu()) r.limit_bytes = obs::cpu_tensor_limit();
-  if (p.device.is_cuda()) r.limit_bytes = static_cast<std::int64_t>(config::get_double(c, "gpu_memory_limit_mb") * 1e6);
+  if (p.device.is_cuda()) r.limit_bytes = static_cast<std::int64_t>(run.gpu_memory_limit_mb * 1e6);
   std::string text;
   if (job.is_main()) {
     // --- the probe step on rank 0: activations (and gradients, subtracted by the entries) ---
-    const bool finder = config::is_word(c, "data.batch_size", "auto");
+    const bool finder = loader_settings(c).batch_auto;
     r.activation_samples = finder ? 1 : std::min(loaded_batch_size(c, job.world_size()), train.size());
     r.activation_basis =
         finder ? "single samples (the largest of 4; data.batch_size: auto fits the micro-batch afterwards)"

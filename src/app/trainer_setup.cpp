@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "bellows/app/run_settings.h"  // defines: run_settings
 #include "bellows/app/schema.h"        // defines: kDemoName
 #include "bellows/config/binding.h"    // defines: Binding
 #include "bellows/train/graph_step.h"  // defines: step_graph_conditions
@@ -120,22 +121,28 @@ const Binding<train::TrainerOptions>& trainer_binding() {
   });
 }
 
-const Binding<train::CheckpointOptions>& checkpoint_binding() {
+const Binding<train::CheckpointOptions>& checkpoint_options_binding() {
   using C = train::CheckpointOptions;
   return config::bound<C>("checkpoint.", [](config::Binding<C>& b) {
-    b.custom("enabled", Type::kBool, "write checkpoints into <run dir>/checkpoints", [](const config::Config&, const std::string&, C&) {})
-        .default_value(YAML::Node(true));  // read by checkpoint_options: the directory
     b.key("every_n_steps", &C::every_n_steps, "optimizer steps between checkpoints (0: not by steps)").min(0);
     b.key("every_n_minutes", &C::every_n_minutes, "minutes between checkpoints (0: not by time)").min(0);
     b.key("keep_last", &C::keep_last, "checkpoints kept (0: all)").min(0);
     b.key("keep_best", &C::keep_best, "also keep the one with the best monitored metric");
     b.key("at_end", &C::at_end, "write one when the run finishes");
-    b.custom("layout", Type::kString,
-             "whole: rank 0 writes every tensor; sharded: every rank writes what it holds, rank 0 a manifest of the parts; "
-             "auto: sharded under zero1, zero2 and fsdp (the strategy's), whole otherwise",
-             [](const config::Config&, const std::string&, C&) {})  // read by checkpoint_layout_entry: needs the strategy
-        .choices({"auto", "whole", "sharded"})
-        .default_value(YAML::Node("auto"));
+  });
+}
+
+// checkpoint.enabled (the directory: checkpoint_options) and checkpoint.layout (resolved with the strategy:
+// checkpoint_layout_entry) beside train::CheckpointOptions' keys.
+const Binding<CheckpointSettings>& checkpoint_binding() {
+  using C = CheckpointSettings;
+  return config::bound<C>("checkpoint.", [](config::Binding<C>& b) {
+    b.key("enabled", &C::enabled, "write checkpoints into <run dir>/checkpoints");
+    b.key("layout", &C::layout,
+          "whole: rank 0 writes every tensor; sharded: every rank writes what it holds, rank 0 a manifest of the parts; "
+          "auto: sharded under zero1, zero2 and fsdp (the strategy's), whole otherwise")
+        .choices({"auto", "whole", "sharded"});
+    b.nest(&C::options, checkpoint_options_binding());
   });
 }
 
@@ -216,13 +223,15 @@ plan::PlanEntry length_entry(const train::TrainerOptions& o, std::int64_t batche
 }
 
 plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& o, std::int64_t world_size) {
-  const std::string asked = config::get_string(c, "compile");
+  const RunSettings run = run_settings(c);
+  const std::string& asked = run.compile;
   if (asked == "off") {
     o.compile = train::Compile::kOff;
     return {"compile", "off", "steps run eagerly (compile: auto or cuda_graph captures whole steps as CUDA graphs)"};
   }
-  const std::string recovery = config::get_string(c, "train.oom_recovery");
-  const std::vector<std::string> checkpointing = config::get_string_list(c, "checkpointing");
+  const train::TrainerOptions configured = trainer_settings(c);  // train.oom_recovery as written: auto, true or false
+  const std::string recovery = configured.oom_recovery_with_ranks ? "true" : configured.oom_recovery ? "auto" : "false";
+  const std::vector<std::string>& checkpointing = run.checkpointing;
   train::StepGraphConditions g = train::step_graph_conditions(o, world_size);
   g.oom_recovery = recovery == "true";  // auto is turned off below when the steps are captured
   g.activation_checkpointing = !checkpointing.empty() && !(checkpointing.size() == 1 && checkpointing[0] == "auto");
@@ -248,24 +257,30 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
 }
 
 models::DropoutMasks dropout_masks_setting(const config::Config& c) {
-  return config::get_string(c, "dropout_masks") == "torch" ? models::DropoutMasks::kTorch : models::DropoutMasks::kParallel;
+  return run_settings(c).dropout_masks == "torch" ? models::DropoutMasks::kTorch : models::DropoutMasks::kParallel;
 }
 
 train::CheckpointOptions checkpoint_options(const config::Config& c, const std::filesystem::path& dir) {
-  if (!config::get_bool(c, "checkpoint.enabled")) return {};
-  train::CheckpointOptions co = checkpoint_binding().read(c);
+  const CheckpointSettings settings = checkpoint_settings(c);
+  if (!settings.enabled) return {};
+  train::CheckpointOptions co = settings.options;
   co.dir = dir / "checkpoints";
   return co;
 }
 
+train::TrainerOptions trainer_settings(const config::Config& c) { return trainer_binding().read(c); }
+
+CheckpointSettings checkpoint_settings(const config::Config& c) { return checkpoint_binding().read(c); }
+
 int optimizer_states(const config::Config& c) { return train::optimizer_state_tensors(optimizer_binding().read(c)); }
 
 plan::PlanEntry checkpoint_layout_entry(const config::Config& c, const dist::StrategyEntry& strategy, train::CheckpointOptions& co) {
-  const std::string asked = config::get_string(c, "checkpoint.layout");
+  const CheckpointSettings settings = checkpoint_settings(c);
+  const std::string& asked = settings.layout;
   const std::string layout = asked == "auto" ? strategy.checkpoint_layout : asked;
   co.layout = layout == "sharded" ? train::CheckpointOptions::Layout::kSharded : train::CheckpointOptions::Layout::kWhole;
   std::string why;
-  if (!config::get_bool(c, "checkpoint.enabled")) why = "checkpoint.enabled: false; a checkpoint asked for is written so";
+  if (!settings.enabled) why = "checkpoint.enabled: false; a checkpoint asked for is written so";
   else if (asked != "auto") why = fmt::format("checkpoint.layout ({})", c.origin("checkpoint.layout").str());
   else if (layout == "sharded") why = fmt::format("auto: under {} each rank holds a share of the training state and writes it; rank 0 writes "
                                                   "the manifest", strategy.name);

@@ -1,4 +1,6 @@
 // The optimization matrix; see bench_matrix.h.
+#include "bellows/app/run_settings.h"
+#include "bellows/app/trainer_setup.h"
 #include "bellows/lab/bench_matrix.h"
 
 #include <fmt/format.h>
@@ -62,7 +64,7 @@ void add_precision_row(std::vector<MatrixRow>& rows, const config::Config& c, co
 
 // The loader: workers (prefetching in threads) and the depth of its queue.
 void add_loader_rows(std::vector<MatrixRow>& rows, const config::Config& c, const plan::Plan& p) {
-  const std::int64_t prefetch = config::get_int(c, "data.prefetch");
+  const std::int64_t prefetch = app::loader_settings(c).loader.prefetch;
   if (config::get_string(c, "data.source") == "stream") {
     add_matrix_row(rows, "workers", "data.workers", {}, "prefetching loader: 20-40%", "not measured: data.source: stream (the program pushes the samples)");
     add_matrix_row(rows, "prefetch", "data.prefetch", {}, "deeper prefetch queue", "not measured: data.source: stream");
@@ -79,21 +81,21 @@ void add_loader_rows(std::vector<MatrixRow>& rows, const config::Config& c, cons
 
 // Memory format (models with 2-D convolutions), then the optimizer's kernels.
 void add_layout_and_optimizer_rows(std::vector<MatrixRow>& rows, const config::Config& c, const models::ModelEntry& model, bool convolutional) {
-  const bool cl = config::get_bool(c, "channels_last");
+  const bool cl = app::plan_request(c).channels_last;
   if (convolutional) add_matrix_row(rows, "channels_last", fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}, "NHWC convolutions: faster on tensor cores and oneDNN");
   else add_matrix_row(rows, "channels_last", "channels_last=true", {}, "NHWC convolutions", fmt::format("not applicable: model {} has no 2-D convolutions (channels_last lays out their 4-D tensors)", model.name));
-  const bool foreach = config::get_string(c, "optim.implementation") == "foreach";
+  const bool foreach = app::trainer_settings(c).optimizer.implementation == "foreach";
   add_matrix_row(rows, "optimizer", foreach ? "optim.implementation=fused" : "optim.implementation=foreach", {foreach ? "optim.implementation=fused" : "optim.implementation=foreach"},
                  "fused optimizer: fewer kernel launches than foreach");
 }
 
 // Accumulation: the same samples per optimizer step in twice as many micro-batches.
 void add_accumulation_row(std::vector<MatrixRow>& rows, const config::Config& c) {
-  if (config::is_word(c, "data.batch_size", "auto")) {
+  if (app::loader_settings(c).batch_auto) {
     add_matrix_row(rows, "accumulation", "accumulation x2", {}, "accumulation: same samples per step, smaller micro-batches", "not measured: data.batch_size is auto (the finder chooses the split)");
     return;
   }
-  const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
+  const std::int64_t b = app::loader_settings(c).batch_size, a = app::trainer_settings(c).accumulation_steps;
   if (b >= 2 && b % 2 == 0) {
     add_matrix_row(rows, "accumulation", fmt::format("data.batch_size={} train.accumulation_steps={}", b / 2, 2 * a),
                    {fmt::format("data.batch_size={}", b / 2), fmt::format("train.accumulation_steps={}", 2 * a)}, "accumulation: same samples per step, smaller micro-batches");
@@ -104,7 +106,7 @@ void add_accumulation_row(std::vector<MatrixRow>& rows, const config::Config& c)
 
 // Activation checkpointing of every block (a model without blocks: its trial's refusal makes the row not applicable).
 void add_checkpointing_row(std::vector<MatrixRow>& rows, const config::Config& c) {
-  if (config::get_string_list(c, "checkpointing").empty()) {
+  if (app::run_settings(c).checkpointing.empty()) {
     add_matrix_row(rows, "checkpointing", "checkpointing=[*]", {"checkpointing=['*']"}, "activation checkpointing: ~50% less memory, ~30% slower");
   } else {
     add_matrix_row(rows, "checkpointing", "checkpointing=[]", {"checkpointing=[]"}, "activation checkpointing: ~50% less memory, ~30% slower");
@@ -124,14 +126,14 @@ void add_cuda_rows(std::vector<MatrixRow>& rows, const config::Config& c, const 
   } else {
     add_matrix_row(rows, "cudnn_benchmark", "cudnn_benchmark", {}, "cuDNN benchmark: 10-30% (convolutions)", fmt::format("not measured: model {} has no 2-D convolutions (the matrix tries cuDNN's search with those)", model.name));
   }
-  const std::string other = config::get_string(c, "compile") == "off" ? "compile=cuda_graph" : "compile=off";
+  const std::string other = app::run_settings(c).compile == "off" ? "compile=cuda_graph" : "compile=off";
   add_matrix_row(rows, "cuda_graphs", other, {other}, "CUDA graphs: less launch overhead");
 }
 
 // The rows for this config on this machine: each one optimization switched relative to the configured run.
 std::vector<MatrixRow> matrix_rows(const config::Config& c, const hw::HardwareInfo& hw) {
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
-  const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
+  const models::ModelEntry& model = models::find_model(app::run_settings(c).model_name);
   const bool convolutional = models::is_convolutional(model, c);
   std::vector<MatrixRow> rows;
   add_precision_row(rows, c, hw, p);
@@ -234,7 +236,7 @@ MatrixReport bench_matrix(const config::Config& c, const MatrixOptions& options)
   const auto start = std::chrono::steady_clock::now();
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   MatrixReport report;
-  report.config_name = config::get_string(c, "name");
+  report.config_name = app::run_settings(c).name;
   report.machine = app::machine_line(hw);
   report.rounds = options.rounds;
   report.trial_seconds = options.trial_seconds;

@@ -1,4 +1,5 @@
 // K-fold cross-validation; see cv.h.
+#include "bellows/app/run_settings.h"
 #include "bellows/lab/cv.h"
 
 #include <fmt/format.h>
@@ -22,7 +23,7 @@ namespace {
 
 // A fresh directory for the folds: <output_dir>/<name>, or <name>-2, -3, ... when that one holds something.
 fs::path make_cv_dir(const config::Config& c) {
-  const fs::path base = fs::path(config::get_string(c, "output_dir")) / config::get_string(c, "name");
+  const fs::path base = fs::path(app::run_settings(c).output_dir) / app::run_settings(c).name;
   fs::path dir = base;
   for (int i = 2; fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
   std::error_code ec;
@@ -50,7 +51,7 @@ Assignment assign(const config::Config& c, std::int64_t k) {
   const data::Dataset& all = subset->base();
   const at::Tensor labels = all.class_labels();
   Assignment a;
-  a.folds = data::assign_folds(all.size(), k, static_cast<std::uint64_t>(config::get_int(c, "seed")), labels);
+  a.folds = data::assign_folds(all.size(), k, static_cast<std::uint64_t>(app::run_settings(c).seed), labels);
   a.stratified = labels.defined();
   a.dataset = all.name();
   return a;
@@ -102,7 +103,7 @@ MetricSummary summarize_metric(std::string name, std::vector<double> values) {
 
 CvSummary cross_validate(const config::Config& c, std::int64_t k, const app::RunOptions& options) {
   BELLOWS_CHECK_USAGE(k >= 2, fmt::format("--folds {}: cross-validation needs at least 2 folds", k), "use --folds 5 (the usual)");
-  BELLOWS_CHECK_CONFIG(config::get_string(c, "resume").empty(),
+  BELLOWS_CHECK_CONFIG(app::run_settings(c).resume.empty(),
                        fmt::format("resume is set ({}); cross-validation trains every fold from the start", c.origin("resume").str()),
                        "drop resume");
   BELLOWS_CHECK_CONFIG(config::get_string(c, "data.val_path").empty(),
@@ -116,7 +117,7 @@ CvSummary cross_validate(const config::Config& c, std::int64_t k, const app::Run
   summary.stratified = assignment.stratified;
   summary.dataset = assignment.dataset;
   summary.dir = make_cv_dir(c);
-  const std::string model = config::get_string(c, "model.name");
+  const std::string model = app::run_settings(c).model_name;
   const config::Origin origin = config::Origin::noted("bellows cv");
 
   for (std::int64_t fold = 0; fold < k; ++fold) {

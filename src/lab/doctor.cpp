@@ -1,4 +1,6 @@
 // Measured trials and the diagnosis; see doctor.h. The findings drawn from the trials are in doctor_findings.cpp.
+#include "bellows/app/run_settings.h"
+#include "bellows/app/trainer_setup.h"
 #include "bellows/lab/doctor.h"
 
 #include <c10/util/Exception.h>
@@ -84,7 +86,7 @@ void read_precision_facts(const config::Config& base_config, DoctorFacts& facts)
 // Memory: the budget a step may use, and the run's use against it.
 void read_memory_facts(const config::Config& base_config, DoctorFacts& facts) {
   const hw::HardwareInfo& hw = facts.hw;
-  facts.budget_gib = config::get_double(base_config, "memory_budget_gib");
+  facts.budget_gib = app::run_settings(base_config).memory_budget_gib;
   facts.on_cuda = facts.base.device.rfind("cuda", 0) == 0;
   if (facts.budget_gib > 0) facts.budget_mb = facts.budget_gib * double(1LL << 30) / 1e6;
   else if (facts.on_cuda && !hw.cuda.gpus.empty()) facts.budget_mb = hw.cuda.gpus[0].total_memory_bytes / 1e6;
@@ -99,9 +101,9 @@ DoctorFacts read_baseline_facts(const config::Config& base_config, const DoctorT
   read_nonfinite_facts(facts);
   facts.input_bound = data_fraction(base) > kInputBoundFraction;
   read_precision_facts(base_config, facts);
-  facts.batch_auto = config::is_word(base_config, "data.batch_size", "auto");  // the finder chooses the micro-batch
+  facts.batch_auto = app::loader_settings(base_config).batch_auto;  // the finder chooses the micro-batch
   facts.batch = app::loaded_batch_size(base_config);
-  facts.accumulation = config::get_int(base_config, "train.accumulation_steps");
+  facts.accumulation = app::trainer_settings(base_config).accumulation_steps;
   read_memory_facts(base_config, facts);
   return facts;
 }
@@ -162,7 +164,7 @@ std::vector<Experiment> doctor_experiments(const config::Config& base_config, co
   add_overhead_experiment(experiments, facts);
   add_threads_experiment(experiments, facts);
   if (facts.memory_close) experiments.push_back({"memory", "checkpointing=[*]", {"checkpointing=['*']"}});
-  if (config::get_string(base_config, "optim.implementation") == "foreach") {
+  if (app::trainer_settings(base_config).optimizer.implementation == "foreach") {
     experiments.push_back({"fused", "optim.implementation=fused", {"optim.implementation=fused"}});
   }
   return experiments;
@@ -223,7 +225,7 @@ DoctorReport doctor(const config::Config& base_config, const DoctorOptions& opti
   const Clock::time_point start = Clock::now();
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   DoctorReport report;
-  report.config_name = config::get_string(base_config, "name");
+  report.config_name = app::run_settings(base_config).name;
   report.budget_s = options.budget_s;
   report.machine = doctor_machine_line(hw);
 

@@ -1,5 +1,6 @@
 // The doctor's findings, one per check, from the baseline and the experiments' trials; see doctor.h. The trials
 // are run in doctor.cpp.
+#include "bellows/app/trainer_setup.h"
 #include "bellows/lab/doctor.h"
 
 #include <fmt/format.h>
@@ -149,7 +150,7 @@ DoctorFinding precision_finding(const DoctorFacts& facts, const DoctorExperiment
 // The fused optimizer's trial (optim.implementation: foreach), advised where faster and nothing else is.
 void add_fused_optimizer_result(DoctorFinding& f, const config::Config& base_config, const DoctorFacts& facts,
                                 const DoctorExperiments& experiments) {
-  const std::string impl = config::get_string(base_config, "optim.implementation");
+  const std::string impl = app::trainer_settings(base_config).optimizer.implementation;
   if (const auto it = experiments.done.find("fused"); it != experiments.done.end()) {
     const double g = gain(facts.base, it->second);
     f.evidence.push_back(trial_line(it->second) + fmt::format(" ({:.2f}x)", g));

@@ -1,4 +1,5 @@
 // Measured trials of a configured run; see trial.h.
+#include "bellows/app/trainer_setup.h"
 #include "bellows/lab/trial.h"
 
 #include <c10/util/Exception.h>
@@ -162,7 +163,7 @@ Trial TrialRunner::run(const std::string& name, const std::vector<std::string>& 
   std::vector<std::string> args = trial_settings(dir_, index);
   args.insert(args.end(), overrides.begin(), overrides.end());
   const config::Config c = app::resolve_loaded_config(base_, args);  // a bad override is the caller's kConfig error
-  t.batch_size = app::loaded_batch_size(c) * config::get_int(c, "train.accumulation_steps");
+  t.batch_size = app::loaded_batch_size(c) * app::trainer_settings(c).accumulation_steps;
   // The setup (data, model) runs before the clock of the trial's training starts: the training gets `seconds`.
   auto sink = std::make_shared<TrialSink>(seconds, min_steps, stop_flag_, stop_below_samples_per_s);
   app::RunOptions ro;
@@ -217,7 +218,7 @@ Trial TrialRunner::run(const std::string& name, const std::vector<std::string>& 
       if (t.workers == 0 && t.prefetch == 0) t.workers = plan.value("workers", 0);
     }
   }
-  if (t.prefetch == 0) t.prefetch = config::get_int(c, "data.prefetch");
+  if (t.prefetch == 0) t.prefetch = app::loader_settings(c).loader.prefetch;
   if (progress_) {
     fmt::print(progress_, "{}:   {} steps, {:.3g} ms/step, {} samples/s{}\n", tag_, t.steps, t.step_ms, format_rate(t.samples_per_s),
                t.error.empty() ? "" : " (ended: " + t.error + ")");

@@ -1,4 +1,6 @@
 // The autotuner and tuned plans; see tune.h.
+#include "bellows/app/run_settings.h"
+#include "bellows/app/trainer_setup.h"
 #include "bellows/lab/tune.h"
 
 #include <fmt/format.h>
@@ -54,7 +56,7 @@ void add_loader_dimension(TuneSpace& space, const config::Config& c, const plan:
     return;
   }
   const int cores = std::max(1, hw.cpu.usable_cpus);
-  const std::int64_t prefetch = config::get_int(c, "data.prefetch");
+  const std::int64_t prefetch = app::loader_settings(c).loader.prefetch;
   TuneDimension d{"loader", {}, false};
   d.values.push_back({fmt::format("as configured (threads={}, workers={}, prefetch={})", p.threads, p.workers, prefetch), {}});
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> seen;
@@ -148,7 +150,7 @@ bool same_loader(const TuneValue& v, const Trial& t) {
 
 // The memory a step may use, MB: memory_budget_gib, else the GPU's memory, else what the machine has available.
 double memory_budget_mb(const config::Config& c, const Trial& base, const hw::HardwareInfo& hw) {
-  const double gib = config::get_double(c, "memory_budget_gib");
+  const double gib = app::run_settings(c).memory_budget_gib;
   if (gib > 0) return gib * double(1LL << 30) / 1e6;
   if (base.device.rfind("cuda", 0) == 0 && !hw.cuda.gpus.empty()) return hw.cuda.gpus[0].total_memory_bytes / 1e6;
   return hw.memory.available_bytes / 1e6;
@@ -176,12 +178,12 @@ void add_micro_batch_dimension(TuneSpace& space, const config::Config& c, bool a
   if (!allowed) {
     space.notes.push_back("micro_batch: not searched (a different micro-batch changes the numerics: rounding, batch statistics; "
                           "plan.allow: [batch_size] lets the tuner choose)");
-  } else if (config::is_word(c, "data.batch_size", "auto")) {
+  } else if (app::loader_settings(c).batch_auto) {
     space.notes.push_back("micro_batch: not searched (data.batch_size: auto: the batch-size finder measures it in the run)");
   } else if (const std::string k = first_on_command_line(c, {"data.batch_size", "train.accumulation_steps"}); !k.empty()) {
     space.notes.push_back(fmt::format("micro_batch: not searched ({} is set on the command line)", k));
   } else {
-    const std::int64_t b = config::get_int(c, "data.batch_size"), a = config::get_int(c, "train.accumulation_steps");
+    const std::int64_t b = app::loader_settings(c).batch_size, a = app::trainer_settings(c).accumulation_steps;
     TuneDimension d{"micro_batch", {{fmt::format("{} x {} (configured)", b, a), {}}}, true};
     auto add = [&](std::int64_t mb, std::int64_t acc) {
       d.values.push_back({fmt::format("batch {} x accumulation {}", mb, acc), {fmt::format("data.batch_size={}", mb), fmt::format("train.accumulation_steps={}", acc)}});
@@ -199,7 +201,7 @@ void add_convolution_dimensions(TuneSpace& space, const config::Config& c, const
   } else if (app::on_command_line(c, "channels_last")) {
     space.notes.push_back("channels_last: not searched (set on the command line)");
   } else {
-    const bool cl = config::get_bool(c, "channels_last");
+    const bool cl = app::plan_request(c).channels_last;
     space.dimensions.push_back({"channels_last", {{fmt::format("channels_last={} (configured)", cl), {}}, {fmt::format("channels_last={}", !cl), {fmt::format("channels_last={}", !cl)}}}, false});
   }
   if (!p.device.is_cpu() && convolutional && !app::on_command_line(c, "cudnn_benchmark")) {
@@ -210,12 +212,12 @@ void add_convolution_dimensions(TuneSpace& space, const config::Config& c, const
 
 // activation checkpointing: only where memory can be what limits the run
 void add_checkpointing_dimension(TuneSpace& space, const config::Config& c, const plan::Plan& p) {
-  if (p.device.is_cpu() && config::get_double(c, "memory_budget_gib") <= 0) {
+  if (p.device.is_cpu() && app::run_settings(c).memory_budget_gib <= 0) {
     space.notes.push_back("checkpointing: not searched (it trades time for memory; on the CPU without memory_budget_gib the memory is not the limit)");
   } else if (app::on_command_line(c, "checkpointing")) {
     space.notes.push_back("checkpointing: not searched (set on the command line)");
   } else {
-    const bool none = config::get_string_list(c, "checkpointing").empty();
+    const bool none = app::run_settings(c).checkpointing.empty();
     space.dimensions.push_back({"checkpointing", {{none ? "no checkpointing (configured)" : "checkpointing as configured", {}},
                                                   {none ? "checkpointing=[*]" : "checkpointing=[]", {none ? "checkpointing=['*']" : "checkpointing=[]"}}}, false});
   }
@@ -227,7 +229,7 @@ void add_compile_dimension(TuneSpace& space, const config::Config& c, const plan
   if (app::on_command_line(c, "compile")) {
     space.notes.push_back("compile: not searched (set on the command line)");
   } else {
-    const std::string configured = config::get_string(c, "compile");
+    const std::string configured = app::run_settings(c).compile;
     const std::string other = configured == "off" ? "compile=cuda_graph" : "compile=off";
     space.dimensions.push_back({"compile", {{fmt::format("compile={} (configured)", configured), {}}, {other, {other}}}, false});
   }
@@ -245,7 +247,7 @@ std::size_t TuneSpace::grid_size() const {
 
 TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   TuneSpace space;
-  const std::vector<std::string> allow = config::get_string_list(c, "plan.allow");
+  const std::vector<std::string> allow = app::run_settings(c).plan_allow;
   for (const auto& a : allow) {
     BELLOWS_CHECK_CONFIG(std::find(kAllowable.begin(), kAllowable.end(), a) != kAllowable.end(),
                          fmt::format("plan.allow: '{}' is not a setting the tuner may change ({})", a, c.origin("plan.allow").str()),
@@ -253,7 +255,7 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   }
   auto allowed = [&](const std::string& what) { return std::find(allow.begin(), allow.end(), what) != allow.end(); };
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
-  const models::ModelEntry& model = models::find_model(config::get_string(c, "model.name"));
+  const models::ModelEntry& model = models::find_model(app::run_settings(c).model_name);
   const bool convolutional = models::is_convolutional(model, c);
   add_precision_dimension(space, c, p, hw, allowed("precision"));
   add_micro_batch_dimension(space, c, allowed("batch_size"));
@@ -269,13 +271,13 @@ namespace tune_impl {
 // The report's header: the config, the machine, the budget and what is not searched.
 TuneReport begin_tune_report(const config::Config& c, const TuneOptions& options, const hw::HardwareInfo& hw, const TuneSpace& space) {
   TuneReport plan;
-  plan.config_name = config::get_string(c, "name");
+  plan.config_name = app::run_settings(c).name;
   plan.config_key = app::tune_config_key(c);
   plan.machine = app::machine_line(hw);
   plan.machine_key = app::tune_machine_key(hw);
   plan.mode = options.grid ? "grid" : "tune";
   plan.budget_s = options.budget_s;
-  plan.allow = config::get_string_list(c, "plan.allow");
+  plan.allow = app::run_settings(c).plan_allow;
   plan.notes = space.notes;
   return plan;
 }

@@ -14,7 +14,6 @@
 
 #include "bellows/util/check.h"
 #include "bellows/util/registry.h"
-#include "bellows/util/suggest.h"
 
 namespace bellows::precision {
 namespace {
@@ -96,22 +95,15 @@ void register_precision(PrecisionEntry entry) { policies().add(std::move(entry))
 
 std::vector<PrecisionEntry> precision_entries() { return in_order(policies().all()); }
 
-std::vector<std::string> precision_names() {
-  std::vector<std::string> names;
-  for (const auto& e : precision_entries()) names.push_back(e.name);
-  return names;
-}
+std::vector<std::string> precision_names() { return names_of(precision_entries()); }
 
 const PrecisionEntry& find_precision(const std::string& name) {
   const std::vector<std::string> names = precision_names();
   const std::string valid = fmt::format("{}", fmt::join(names, ", "));
   BELLOWS_CHECK_CONFIG(name != "auto", "precision 'auto' reached the precision policies unresolved",
                        "resolve the plan first (plan::resolve turns auto into one of: " + valid + ")");
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    const auto close = closest_match(name, names);
-    BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("unknown precision '{}' (valid: {})", name, valid),
-                 close ? fmt::format("did you mean '{}'?", *close) : "set precision to one of: " + valid);
-  }
+  BELLOWS_CHECK_CONFIG(std::find(names.begin(), names.end(), name) != names.end(), fmt::format("unknown precision '{}'", name),
+                       suggestion_hint(name, names));
   return policies().find(name);
 }
 

@@ -9,6 +9,7 @@
 #include "bellows/precision/precision.h"
 #include "bellows/train/ema.h"
 #include "bellows/train/optimizer.h"
+#include "bellows/train/optimizer_registry.h"  // defines: find_optimizer
 #include "bellows/util/exception_report.h"
 #include "bellows/util/format.h"  // defines: shape_of
 
@@ -49,7 +50,9 @@ StepGraphConditions step_graph_conditions(const TrainerOptions& o, std::int64_t 
   c.world_size = world_size;
   c.detect_anomaly = o.detect_anomaly;
   c.oom_recovery = o.oom_recovery;
-  c.fused_optimizer = o.optimizer.implementation != "foreach";
+  // As the optimizer will choose (Optimizer::fused, checked again at fit): fused kernels unless foreach is asked for or the
+  // registered optimizer has none.
+  c.fused_optimizer = o.optimizer.implementation != "foreach" && find_optimizer(o.optimizer.type).fused_kernels;
   c.sessions = o.sessions;
   return c;
 }

@@ -3,7 +3,6 @@
 #include "bellows/train/schedule.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,27 +10,18 @@
 #include "bellows/train/schedule_registry.h"
 #include "bellows/util/check.h"
 #include "bellows/util/registry.h"
-#include "bellows/util/suggest.h"
 
 namespace bellows::train {
 
 void register_schedule(ScheduleEntry entry) { registry_of<ScheduleEntry>("schedule").add(std::move(entry)); }
 std::vector<ScheduleEntry> schedule_entries() { return in_order(registry_of<ScheduleEntry>("schedule").all()); }
 
-std::vector<std::string> schedule_names() {
-  std::vector<std::string> names;
-  for (const ScheduleEntry& e : schedule_entries()) names.push_back(e.name);
-  return names;
-}
+std::vector<std::string> schedule_names() { return names_of(schedule_entries()); }
 
 const ScheduleEntry& find_schedule(const std::string& name) {
   const std::vector<std::string> names = schedule_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    const auto best = closest_match(name, names);
-    BELLOWS_FAIL(ErrorKind::kConfig, fmt::format("schedule.type is '{}', an unknown schedule", name),
-                 best ? fmt::format("did you mean '{}'? (valid: {})", *best, fmt::join(names, ", "))
-                      : fmt::format("use one of: {}", fmt::join(names, ", ")));
-  }
+  BELLOWS_CHECK_CONFIG(std::find(names.begin(), names.end(), name) != names.end(),
+                       fmt::format("schedule.type is '{}', an unknown schedule", name), suggestion_hint(name, names));
   return registry_of<ScheduleEntry>("schedule").find(name);
 }
 

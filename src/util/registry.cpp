@@ -7,7 +7,14 @@
 #include "bellows/util/check.h"
 #include "bellows/util/suggest.h"
 
-namespace bellows::detail {
+namespace bellows {
+
+std::string suggestion_hint(const std::string& name, const std::vector<std::string>& names) {
+  const auto best = closest_match(name, names);
+  return best ? fmt::format("did you mean '{}'? (valid: {})", *best, fmt::join(names, ", ")) : fmt::format("use one of: {}", fmt::join(names, ", "));
+}
+
+namespace detail {
 
 void registry_duplicate(const std::string& what, const std::string& name) {
   BELLOWS_FAIL(ErrorKind::kInternal, fmt::format("{} '{}' is registered twice", what, name), fmt::format("give the {} another name", what));
@@ -21,4 +28,6 @@ void registry_unknown(const std::string& what, const std::string& name, std::vec
                fmt::format("registered {}s: {}", what, fmt::join(names, ", ")));
 }
 
-}  // namespace bellows::detail
+}  // namespace detail
+
+}  // namespace bellows

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 
+#include "bellows/app/run_settings.h"
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
 #include "bellows/data/npy.h"
@@ -148,7 +149,7 @@ int run_predict(const PredictArgs& a) {
                      "predict needs a checkpoint written by `bellows train` (its manifest holds the run's config)");
   config::Config c = config::Config::parse(cp.info["config"].get<std::string>(), (path / ckpt::kManifestFile).string());
   app::validate_run_config(c);
-  const std::string model_name = config::get_string(c, "model.name");
+  const std::string model_name = app::run_settings(c).model_name;
 
   // --- model: rebuilt through the registry (what it needs of the data from the source's header), weights
   // loaded, on the device ---

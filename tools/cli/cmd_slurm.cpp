@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "bellows/app/run_settings.h"
 #include "bellows/app/schema.h"
 #include "bellows/lab/slurm.h"
 #include "bellows/util/atomic_file.h"
@@ -37,8 +38,8 @@ Action register_slurm(CLI::App& app) {
     o->config = args.front();
     o->overrides.assign(args.begin() + 1, args.end());
     const config::Config c = app::resolve_config(o->config, o->overrides);  // fails now, not in the queue
-    o->job_name = config::get_string(c, "name");
-    o->output_dir = config::get_string(c, "output_dir");
+    o->job_name = app::run_settings(c).name;
+    o->output_dir = app::run_settings(c).output_dir;
     if (o->bellows == "bellows") o->bellows = self_executable();
     const std::string script = lab::slurm_script(*o);
     // SLURM opens --output before the script runs: the run directory must exist at submission.

@@ -21,6 +21,18 @@ namespace bellows::app {
 // data.use_prefetch, data.pad_value (data.workers and data.pin_memory are the plan's: app/run.h).
 void add_loader_keys(config::Schema& schema);
 
+// Those keys of a validated config (data.batch_size's check against the global batch: loaded_batch_size).
+struct LoaderSettings {
+  std::int64_t batch_size = 32;      // data.batch_size, when not auto
+  bool batch_auto = false;           // data.batch_size: auto
+  bool shuffle = true;               // data.shuffle
+  std::string weights = "balanced";  // data.weights
+  data::SamplerOptions sampler;      // data.sampler (auto as written), data.num_samples
+  data::LoaderOptions loader;        // data.drop_last, data.prefetch, data.use_prefetch, data.pad_value (batch_size, workers: not set)
+};
+LoaderSettings loader_settings(const config::Config& config);
+
+
 data::LoaderOptions loader_options(const config::Config& config, const plan::Plan& plan, int world_size = 1);
 
 // Samples per loaded batch on each of `world_size` ranks: data.batch_size, or with data.batch_size: auto,

@@ -34,8 +34,21 @@ plan::PlanEntry length_entry(const train::TrainerOptions& options, std::int64_t 
 // the optimizer's fused kernels) it checks again at fit(), falling back with a message.
 plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOptions& o, std::int64_t world_size);
 
+// The trainer's keys as the config writes them, without the plan's device, precision, channels_last and pinning and
+// without trainer_options' rule for train.max_steps (accumulation_steps, ema, oom_recovery, optimizer, ...).
+train::TrainerOptions trainer_settings(const config::Config& config);
+
 // State tensors the optimizer keeps per trainable parameter: Adam's two moments, SGD's momentum (or none).
 int optimizer_states(const config::Config& config);
+
+// The checkpoint.* keys: checkpoint.enabled, checkpoint.layout (auto, whole, sharded: resolved with the strategy by
+// checkpoint_layout_entry) and train::CheckpointOptions' keys.
+struct CheckpointSettings {
+  bool enabled = true;
+  std::string layout = "auto";
+  train::CheckpointOptions options;
+};
+CheckpointSettings checkpoint_settings(const config::Config& config);
 
 // The checkpoint.* keys with checkpoints in <dir>/checkpoints (dir empty when checkpoint.enabled is false).
 train::CheckpointOptions checkpoint_options(const config::Config& config, const std::filesystem::path& dir);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bellows/config/config.h"       // defines: Config
 #include "bellows/dist/environment.h"  // defines: ProcessInfo
 #include "bellows/dist/strategy.h"     // defines: Strategy
 
@@ -35,6 +36,10 @@ struct DdpOptions {
   bool broadcast_buffers = true; // sync_buffers() sends rank 0's buffers to all (one broadcast per dtype)
   bool parameter_group = false;  // fsdp: a second process group for broadcast_parameters()
 };
+
+// The dist.* keys of DdpOptions in a validated config, as written (backend auto not yet resolved); bound once in
+// src/dist/strategies/ddp.cpp.
+DdpOptions configured_ddp_options(const config::Config& config);
 
 class Ddp final : public Strategy {
  public:

@@ -10,6 +10,10 @@
 
 namespace bellows {
 
+// The hint for `name`, which is none of `names`: "did you mean 'x'? (valid: a, b, x)", or "use one of: a, b, x"
+// when none is close (util/suggest.h).
+std::string suggestion_hint(const std::string& name, const std::vector<std::string>& names);
+
 namespace detail {
 [[noreturn]] void registry_duplicate(const std::string& what, const std::string& name);
 [[noreturn]] void registry_unknown(const std::string& what, const std::string& name, std::vector<std::string> names);
@@ -69,6 +73,15 @@ template <class Entry>
 Registry<Entry>& registry_of(const char* what) {
   static Registry<Entry> r(what);
   return r;
+}
+
+// The names of `entries`, in their order.
+template <class Entry>
+std::vector<std::string> names_of(const std::vector<Entry>& entries) {
+  std::vector<std::string> names;
+  names.reserve(entries.size());
+  for (const auto& e : entries) names.push_back(e.name);
+  return names;
 }
 
 // Entries that have an `order` member, in that order (equal orders stay sorted by name).

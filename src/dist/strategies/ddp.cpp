@@ -21,6 +21,8 @@ const config::Binding<DdpOptions>& ddp_binding() {
   });
 }
 
+DdpOptions configured_ddp_options(const config::Config& config) { return ddp_binding().read(config); }
+
 DdpOptions read_ddp_options(const StrategyRequest& r) {
   const config::Config& c = r.config;
   DdpOptions o = ddp_binding().read(c);

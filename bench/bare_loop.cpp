@@ -31,6 +31,7 @@
 #include "bellows/app/data_setup.h"
 #include "bellows/app/model_setup.h"
 #include "bellows/app/run.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/app/schema.h"
 #include "bellows/app/trainer_setup.h"
 #include "bellows/data/build.h"
@@ -214,7 +215,7 @@ int run(const Args& a) {
   torch::manual_seed(static_cast<std::uint64_t>(app::run_settings(c).seed));
   models::set_dropout_masks(app::dropout_masks_setting(c));
 
-  const data::DataSplits splits = data::build_datasets(c);
+  const data::DataSplits splits = data::build_datasets(c, static_cast<std::uint64_t>(app::run_settings(c).seed));
   models::BuiltModel built = bare_model(c, p, splits);
   const std::int64_t batch_size = app::loaded_batch_size(c);
   const std::vector<data::Batch> batches = collated_batches(*splits.train, batch_size, a.warmup + a.steps, p.device);

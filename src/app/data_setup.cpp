@@ -141,7 +141,7 @@ double measure_batch_fetch_ms(const data::Dataset& dataset, std::int64_t batch_s
 Loaders make_loaders(const config::Config& c, const plan::Plan& planned, std::shared_ptr<data::StreamBuffer> stream, int rank,
                      int world_size, bool own_data) {
   Loaders l;
-  l.splits = data::build_datasets(c, std::move(stream));
+  l.splits = data::build_datasets(c, static_cast<std::uint64_t>(app::run_settings(c).seed), std::move(stream));
   // data.on_device: decided now that the data's bytes are known; data gathered on the device needs no workers.
   const std::vector<const data::Dataset*> datasets = {l.splits.train.get(), l.splits.val.get()};
   const double budget_gib = run_settings(c).memory_budget_gib;

@@ -16,9 +16,27 @@ namespace bellows::data {
 
 namespace {
 
-using config::get_double;
-using config::get_int;
-using config::get_string;
+// The data block's own keys, bound once to DataOptions (config/binding.h); data.source's choices are the registered
+// sources' names.
+const config::Binding<DataOptions>& data_binding() {
+  using O = DataOptions;
+  return config::bound<O>("data.", [](config::Binding<O>& b) {
+    std::vector<std::string> names;
+    for (const auto& e : source_registry()) names.push_back(e.name);
+    b.key("source", &O::source, "where samples come from").choices(names);
+    b.key("path", &O::path, "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder); relative to the config file")
+        .file_path();
+    b.key("val_path", &O::val_path,
+          "separate validation data in the same format (empty: split off val_fraction); relative to the config file")
+        .file_path();
+    b.key("val_fraction", &O::val_fraction, "fraction held out for evaluation").min(0).max(0.9);
+    b.key("val_split", &O::val_split, "how val_fraction is chosen (auto: tail for time series, random otherwise)")
+        .choices({"auto", "tail", "random"});
+    // cross-validation (bellows cv sets these per fold)
+    b.key("cv.folds", &O::cv_folds, "cross-validation folds over data.path (0: off)").min(0);
+    b.key("cv.fold", &O::cv_fold, "the held-out fold, the validation split (0-based)").min(0);
+  });
+}
 
 // Sliding windows over csv/npy series: the data.window.* keys of WindowOptions, bound once (config/binding.h).
 const config::Binding<WindowOptions>& window_binding() {
@@ -39,14 +57,15 @@ std::shared_ptr<const Dataset> open(const SourceEntry& source, const SourceReque
 }
 
 // Cross-validation: fold data.cv.fold of `all` validates, the other folds train.
-DataSplits fold_splits(const config::Config& c, std::shared_ptr<const Dataset> all, DataSplits out) {
-  const std::int64_t folds = get_int(c, "data.cv.folds"), fold = get_int(c, "data.cv.fold");
-  BELLOWS_CHECK_CONFIG(get_string(c, "data.val_path").empty(), "data.cv.folds is set together with data.val_path",
+DataSplits fold_splits(const config::Config& c, const DataOptions& d, std::uint64_t seed, std::shared_ptr<const Dataset> all,
+                       DataSplits out) {
+  const std::int64_t folds = d.cv_folds, fold = d.cv_fold;
+  BELLOWS_CHECK_CONFIG(d.val_path.empty(), "data.cv.folds is set together with data.val_path",
                        "cross-validation holds out each fold of data.path in turn: drop data.val_path");
   BELLOWS_CHECK_CONFIG(fold >= 0 && fold < folds,
                        fmt::format("data.cv.fold is {}, outside [0, {}) for {} folds ({})", fold, folds, folds, c.origin("data.cv.fold").str()),
                        "folds are numbered from 0");
-  const auto assigned = assign_folds(all->size(), folds, static_cast<std::uint64_t>(get_int(c, "seed")), all->class_labels());
+  const auto assigned = assign_folds(all->size(), folds, seed, all->class_labels());
   auto [train, val] = fold_split(assigned, fold);
   out.train = std::make_shared<SubsetDataset>(all, std::move(train), fmt::format("train (fold {} of {} held out)", fold, folds));
   out.val = std::make_shared<SubsetDataset>(all, std::move(val), fmt::format("validation (fold {} of {})", fold, folds));
@@ -55,47 +74,30 @@ DataSplits fold_splits(const config::Config& c, std::shared_ptr<const Dataset> a
 
 }  // namespace
 
-// The keys below are read where they are used (build_datasets, fold_splits): no options struct holds them; the
-// window keys are bound to WindowOptions, each source's keys to its own options (src/data/sources/).
+DataOptions data_options(const config::Config& c) { return data_binding().read(c); }
+
+// The data block's keys, the window keys (WindowOptions) and each source's own keys (src/data/sources/).
 void add_dataset_keys(config::Schema& s) {
-  using config::Type;
-  auto node = [](auto v) { return YAML::Node(v); };
-  const std::vector<SourceEntry> sources = source_registry();
-  std::vector<std::string> names;
-  for (const auto& e : sources) names.push_back(e.name);
-  s.add("data.source", Type::kString, "where samples come from").choices(names).default_value(node("synthetic"));
-  s.add("data.path", Type::kString,
-        "data file (csv, npy/npz, netcdf, text_pairs TSV) or folder (image_folder); relative to the config file")
-      .default_value(node(""))
-      .file_path();
-  s.add("data.val_path", Type::kString,
-        "separate validation data in the same format (empty: split off val_fraction); relative to the config file")
-      .default_value(node(""))
-      .file_path();
-  s.add("data.val_fraction", Type::kDouble, "fraction held out for evaluation").min(0).max(0.9).default_value(node(0.1));
-  s.add("data.val_split", Type::kString, "how val_fraction is chosen (auto: tail for time series, random otherwise)")
-      .choices({"auto", "tail", "random"}).default_value(node("auto"));
-  // cross-validation (bellows cv sets these per fold)
-  s.add("data.cv.folds", Type::kInt, "cross-validation folds over data.path (0: off)").min(0).default_value(node(0));
-  s.add("data.cv.fold", Type::kInt, "the held-out fold, the validation split (0-based)").min(0).default_value(node(0));
+  data_binding().declare(s);
   window_binding().declare(s);
-  for (const auto& e : sources) {
+  for (const auto& e : source_registry()) {
     if (e.add_keys) e.add_keys(s);
   }
 }
 
-DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer> stream) {
-  const std::string name = get_string(c, "data.source");
+DataSplits build_datasets(const config::Config& c, std::uint64_t seed, std::shared_ptr<StreamBuffer> stream) {
+  const DataOptions d = data_options(c);
+  const std::string& name = d.source;
   const SourceEntry& source = find_source(name);
-  const std::int64_t cv_folds = get_int(c, "data.cv.folds");
+  const std::int64_t cv_folds = d.cv_folds;
   BELLOWS_CHECK_CONFIG(cv_folds != 1, fmt::format("data.cv.folds is 1 ({})", c.origin("data.cv.folds").str()),
                        "use 0 (no cross-validation) or 2 and more folds");
   SourceRequest request;
   request.config = &c;
-  request.path = get_string(c, "data.path");
-  request.seed = static_cast<std::uint64_t>(get_int(c, "seed"));
+  request.path = d.path;
+  request.seed = seed;
   request.stream = std::move(stream);
-  const std::filesystem::path val_path = get_string(c, "data.val_path");
+  const std::filesystem::path& val_path = d.val_path;
   const bool windows = window_binding().read(c).length > 0;
   BELLOWS_CHECK_CONFIG(!windows || source.read_series,
                        fmt::format("sliding windows need a csv or npy source, not {}", name),
@@ -116,7 +118,7 @@ DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer>
   out.temporal = windows || source.temporal;
   std::shared_ptr<const Dataset> all = open(source, request);
   out.facts = facts_of(*all);
-  if (cv_folds > 0) return fold_splits(c, all, std::move(out));
+  if (cv_folds > 0) return fold_splits(c, d, seed, all, std::move(out));
   if (!val_path.empty()) {
     out.train = all;
     SourceRequest val = request;
@@ -125,10 +127,10 @@ DataSplits build_datasets(const config::Config& c, std::shared_ptr<StreamBuffer>
     out.val = open(source, val);
     return out;
   }
-  const std::string split = get_string(c, "data.val_split");
+  const std::string& split = d.val_split;
   const std::string automatic = !source.auto_split.empty() ? source.auto_split : out.temporal ? "tail" : "random";
   const std::string mode = split == "auto" ? automatic : split;
-  auto [train, val] = split_indices(all->size(), get_double(c, "data.val_fraction"), mode, request.seed);
+  auto [train, val] = split_indices(all->size(), d.val_fraction, mode, request.seed);
   if (val.empty()) {
     out.train = all;
     return out;
@@ -154,12 +156,14 @@ DataFacts facts_of(const Dataset& dataset) {
   return none;
 }
 
+// A validated config always has data.source and data.path (both have defaults): every caller validates it first (the
+// run, `bellows predict` with a checkpoint's config).
 DataFacts facts_without_data(const config::Config& c) {
-  if (!c.has("data.source") || !c.has("data.path")) return {};
-  const SourceEntry& source = find_source(get_string(c, "data.source"));
+  const DataOptions d = data_options(c);
+  const SourceEntry& source = find_source(d.source);
   SourceRequest request;
   request.config = &c;
-  request.path = get_string(c, "data.path");
+  request.path = d.path;
   if (!source.facts_without_data || (source.needs_path && request.path.empty())) return {};
   return source.facts_without_data(request);
 }

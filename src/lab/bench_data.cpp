@@ -9,6 +9,7 @@
 
 #include "bellows/data/stager.h"
 #include "bellows/app/data_setup.h"
+#include "bellows/app/run_settings.h"  // defines: run_settings (the seed)
 #include "bellows/data/build.h"
 #include "bellows/util/check.h"
 
@@ -61,7 +62,7 @@ std::string bytes_text(double b) {
 DataBenchReport bench_data(const config::Config& c, const plan::Plan& plan, const DataBenchOptions& o) {
   BELLOWS_CHECK_USAGE(o.batches >= 1 && o.warmup >= 0, fmt::format("--batches {} --warmup {}", o.batches, o.warmup),
                       "time at least one batch; warm-up may be 0");
-  const data::DataSplits splits = data::build_datasets(c);
+  const data::DataSplits splits = data::build_datasets(c, static_cast<std::uint64_t>(app::run_settings(c).seed));
   const data::SamplerOptions sampler = app::sampler_options(c, *splits.train);
   const data::LoaderOptions configured = app::loader_options(c, plan);
 

@@ -12,6 +12,7 @@
 #include "bellows/data/folds.h"
 #include "bellows/data/subset.h"
 #include "bellows/models/registry.h"
+#include "bellows/app/run_settings.h"  // defines: run_settings (the seed)
 #include "bellows/app/schema.h"
 #include "bellows/util/atomic_file.h"
 #include "bellows/util/check.h"
@@ -45,7 +46,7 @@ Assignment assign(const config::Config& c, std::int64_t k) {
   const config::Origin origin = config::Origin::noted("bellows cv");
   first.set("data.cv.folds", YAML::Node(k), origin);
   first.set("data.cv.fold", YAML::Node(0), origin);
-  const data::DataSplits splits = data::build_datasets(first);  // kConfig error here when k > samples
+  const data::DataSplits splits = data::build_datasets(first, static_cast<std::uint64_t>(app::run_settings(c).seed));  // kConfig error here when k > samples
   const auto* subset = dynamic_cast<const data::SubsetDataset*>(splits.val.get());
   BELLOWS_CHECK(subset != nullptr, "the cross-validation split is not a subset of the data", "report this bug");
   const data::Dataset& all = subset->base();

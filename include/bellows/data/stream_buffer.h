@@ -29,6 +29,9 @@ struct StreamBufferOptions {
   std::int64_t capacity = 65536;       // samples held at most
   std::string when_full = "drop_oldest";  // drop_oldest | block | error
   std::int64_t ready_samples = 0;      // samples that make the buffer ready for a session (0: capacity)
+  // Read by those who use the buffer, not by the buffer itself:
+  bool clear = true;         // a session's take() empties the buffer (the stream source)
+  bool check_finite = true;  // pushes refuse samples with NaN or Inf values (the online trainer's check)
 };
 
 class StreamBuffer {
@@ -70,7 +73,8 @@ class StreamBuffer {
   bool closed_ = false;
 };
 
-// The buffer's options from a validated run config's data.stream.* keys (data.source: stream).
+// The buffer's options from a validated run config's data.stream.* keys (data.source: stream), read through the
+// stream source's binding (src/data/sources/stream.cpp).
 StreamBufferOptions stream_buffer_options(const config::Config& config);
 
 }  // namespace bellows::data

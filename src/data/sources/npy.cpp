@@ -3,6 +3,7 @@
 
 #include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/config/paths.h"    // defines: check_path_exists
+#include "bellows/data/build.h"      // defines: data_options, npy_extra_arrays
 #include "bellows/data/npy.h"
 #include "bellows/data/npy_dataset.h"
 #include "bellows/data/source_registry.h"
@@ -11,23 +12,43 @@
 namespace bellows::data {
 namespace {
 
-// The data.npy.* key of NpyReadOptions, bound once (config/binding.h); data.npy.x and y name arrays (arrays()).
-const config::Binding<NpyReadOptions>& npy_binding() {
+// The part of data.npy.y that names a file (config::PathPart): none beside an .npz data.path (y is an array there) or
+// for the default "y"; the file of file.npz:array; else all of it. Called while the config is validated: every key has
+// its value (data.path too, declared with the npy keys by add_dataset_keys), not yet its absolute path.
+std::size_t y_file_part(const config::Config& c, const std::string& y) {
+  if (data_options(c).path.extension() == ".npz" || y == "y") return 0;
+  const std::size_t npz = y.rfind(".npz:");
+  return npz == std::string::npos ? y.size() : npz + 4;
+}
+
+// The npy source's keys: the arrays it reads, and how (NpyReadOptions).
+struct NpySourceOptions {
+  std::string x = "x";             // data.npy.x: the .npz's input array
+  std::string y = "y";             // data.npy.y: the .npz's target array ("" none); beside a .npy, another file
+  std::vector<std::string> extra;  // data.npy.extra: more .npz arrays, batch tensors under their own names
+  NpyReadOptions read;             // data.npy.mmap
+};
+
+const config::Binding<NpyReadOptions>& npy_read_binding() {
   return config::bound<NpyReadOptions>("data.npy.", [](config::Binding<NpyReadOptions>& b) {
     b.key("mmap", &NpyReadOptions::mmap, "memory-map arrays instead of reading them");
   });
 }
 
-NpyReadOptions read_options(const SourceRequest& r) { return npy_binding().read(*r.config); }
-
-// The part of data.npy.y that names a file (config::PathPart): none beside an .npz data.path (y is an array there) or
-// for the default "y"; the file of file.npz:array; else all of it.
-std::size_t y_file_part(const config::Config& c, const std::string& y) {
-  const std::string data = c.has("data.path") ? c.node("data.path").Scalar() : "";
-  if (std::filesystem::path(data).extension() == ".npz" || y == "y") return 0;
-  const std::size_t npz = y.rfind(".npz:");
-  return npz == std::string::npos ? y.size() : npz + 4;
+// The data.npy.* keys of NpySourceOptions, bound once (config/binding.h); x and y name arrays (arrays()).
+const config::Binding<NpySourceOptions>& npy_binding() {
+  using O = NpySourceOptions;
+  return config::bound<O>("data.npy.", [](config::Binding<O>& b) {
+    b.key("x", &O::x, ".npz: input array name");
+    // With a .npy data.path, y names a file (relative to the config file, as every path), an array's name otherwise.
+    b.key("y", &O::y, ".npz: target array name ('' for none); .npy: another file, or file.npz:array (relative to the config file)")
+        .file_path(y_file_part);
+    b.key("extra", &O::extra, ".npz: more arrays, batch tensors under their own names (a model's other inputs)");
+    b.nest(&O::read, npy_read_binding());
+  });
 }
+
+NpyReadOptions read_options(const SourceRequest& r) { return npy_binding().read(*r.config).read; }
 
 std::string npz_member(const std::filesystem::path& path, const std::string& name) {
   return path.extension() == ".npz" ? fmt::format("{}:{}", path.string(), name) : name;
@@ -36,20 +57,21 @@ std::string npz_member(const std::filesystem::path& path, const std::string& nam
 // "x" and "y" -> a .npy file or FILE.npz:ARRAY. A .npz names its arrays by data.npy.x/y; a single .npy file is
 // x, and data.npy.y may name another file (its default "y", an array name, then means "none").
 std::map<std::string, std::string> arrays(const SourceRequest& r) {
-  const std::string x = config::get_string(*r.config, "data.npy.x"), y = config::get_string(*r.config, "data.npy.y");
+  const NpySourceOptions o = npy_binding().read(*r.config);
+  const std::string &x = o.x, &y = o.y;
   std::map<std::string, std::string> out;
   if (r.path.extension() == ".npz") {
     BELLOWS_CHECK_CONFIG(!x.empty(), "data.npy.x is empty", "name the input array of the .npz file");
     out.emplace("x", npz_member(r.path, x));
     if (!y.empty()) out.emplace("y", npz_member(r.path, y));
-    for (const std::string& name : config::get_string_list(*r.config, "data.npy.extra")) {
+    for (const std::string& name : o.extra) {
       BELLOWS_CHECK_CONFIG(name != "x" && name != "y" && out.count(name) == 0,
                            fmt::format("data.npy.extra names '{}', which is already a tensor of the batch", name),
                            "list the .npz's other arrays, each once (x and y come from data.npy.x and data.npy.y)");
       out.emplace(name, npz_member(r.path, name));
     }
   } else {
-    BELLOWS_CHECK_CONFIG(config::get_string_list(*r.config, "data.npy.extra").empty(),
+    BELLOWS_CHECK_CONFIG(o.extra.empty(),
                          fmt::format("data.npy.extra is set, but {} is a single .npy file", r.path.string()),
                          "put the arrays into one .npz file (np.savez), or leave data.npy.extra empty");
     out.emplace("x", r.path.string());
@@ -66,19 +88,7 @@ SourceEntry npy_source() {
   SourceEntry e;
   e.name = "npy";
   e.help = "NumPy .npy/.npz arrays, memory-mapped";
-  e.add_keys = [](config::Schema& s) {
-    using config::Type;
-    auto node = [](auto v) { return YAML::Node(v); };
-    s.add("data.npy.x", Type::kString, ".npz: input array name").default_value(node("x"));
-    // With a .npy data.path, y names a file (relative to the config file, as every path), an array's name otherwise.
-    s.add("data.npy.y", Type::kString,
-          ".npz: target array name ('' for none); .npy: another file, or file.npz:array (relative to the config file)")
-        .default_value(node("y"))
-        .file_path(y_file_part);
-    s.add("data.npy.extra", Type::kStringList, ".npz: more arrays, batch tensors under their own names (a model's other inputs)")
-        .default_value(YAML::Load("[]"));
-    npy_binding().declare(s);
-  };
+  e.add_keys = [](config::Schema& s) { npy_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> { return make_npy_dataset(arrays(r), read_options(r)); };
   e.read_series = [](const SourceRequest& r) {
     Series s;
@@ -99,4 +109,7 @@ SourceEntry npy_source() {
 const SourceRegistrar kNpyRegistered(npy_source());
 
 }  // namespace
+
+std::vector<std::string> npy_extra_arrays(const config::Config& c) { return npy_binding().read(c).extra; }
+
 }  // namespace bellows::data

@@ -12,8 +12,8 @@ namespace bellows::data {
 
 namespace {
 
-// The data.stream.* keys of StreamBufferOptions, bound once (config/binding.h); data.stream.clear is no field of it
-// (it is how a session takes the samples: StreamBuffer::take).
+// The data.stream.* keys of StreamBufferOptions, bound once (config/binding.h); clear is how a session takes the
+// samples (StreamBuffer::take), check_finite the online trainer's check of a push.
 const config::Binding<StreamBufferOptions>& stream_binding() {
   using O = StreamBufferOptions;
   return config::bound<O>("data.stream.", [](config::Binding<O>& b) {
@@ -21,6 +21,9 @@ const config::Binding<StreamBufferOptions>& stream_binding() {
     b.key("when_full", &O::when_full, "stream: a push into a full buffer drops the oldest sample, blocks, or fails")
         .choices({"drop_oldest", "block", "error"});
     b.key("ready_samples", &O::ready_samples, "stream: samples that make a training session ready (0: capacity)").min(0);
+    b.key("clear", &O::clear, "stream: empty the buffer when a session takes its samples");
+    b.key("check_finite", &O::check_finite,
+          "stream: a push refuses samples with NaN or Inf values (counted; the error names the tensor and the sample)");
   });
 }
 
@@ -37,19 +40,12 @@ SourceEntry stream_source() {
   e.needs_path = false;
   e.has_val_path = false;
   e.temporal = true;
-  e.add_keys = [](config::Schema& s) {
-    stream_binding().declare(s);
-    s.add("data.stream.clear", config::Type::kBool, "stream: empty the buffer when a session takes its samples")
-        .default_value(YAML::Node(true));
-    s.add("data.stream.check_finite", config::Type::kBool,
-          "stream: a push refuses samples with NaN or Inf values (counted; the error names the tensor and the sample)")
-        .default_value(YAML::Node(true));
-  };
+  e.add_keys = [](config::Schema& s) { stream_binding().declare(s); };
   e.open = [](const SourceRequest& r) -> std::shared_ptr<const Dataset> {
     BELLOWS_CHECK_CONFIG(r.stream != nullptr, "data.source is stream, but no program attached a stream buffer to this run",
                          "stream data comes from a program that pushes samples (C++: app::RunOptions::stream); from the "
                          "command line use a file source");
-    return r.stream->take(config::get_bool(*r.config, "data.stream.clear"));
+    return r.stream->take(stream_buffer_options(*r.config).clear);
   };
   return e;
 }

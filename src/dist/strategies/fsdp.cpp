@@ -2,13 +2,12 @@
 // is dist.fsdp_units; the others are ddp's (dist.backend, dist.bucket_mb, dist.broadcast_buffers, dist.timeout_s),
 // declared by the ddp entry.
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <set>
 #include <unordered_set>
 
-#include "bellows/config/schema.h"
+#include "bellows/config/binding.h"  // defines: Binding
 #include "bellows/dist/fsdp.h"
 #include "bellows/dist/memory.h"
 #include "bellows/dist/registry.h"
@@ -17,6 +16,19 @@
 
 namespace bellows::dist {
 namespace {
+
+// fsdp's own key, bound once (config/binding.h): the units given to Fsdp and counted by its memory rule.
+struct FsdpKeys {
+  std::vector<std::string> units;  // dist.fsdp_units: block name patterns (empty: every block)
+};
+
+const config::Binding<FsdpKeys>& fsdp_binding() {
+  return config::bound<FsdpKeys>("dist.", [](config::Binding<FsdpKeys>& b) {
+    b.key("fsdp_units", &FsdpKeys::units,
+          "fsdp: the model's blocks gathered one at a time, as glob patterns over the block names that checkpointing takes "
+          "(\"encoder.layers.*\"); empty: every block; weights outside them stay on every rank");
+  });
+}
 
 // Its units among the model's blocks (dist.fsdp_units; every block where it is empty): their trainable bytes, the
 // largest unit's, and why fsdp cannot train this model ("" where it can).
@@ -31,7 +43,7 @@ UnitBytes unit_bytes(const MemoryFacts& f) {
   if (f.ema_eval) return {0, 0, "ema.eval: no rank would hold the whole average"};
   std::vector<std::string> names;
   for (const BlockBytes& b : f.blocks) names.push_back(b.name);
-  const std::vector<std::string> patterns = f.config ? config::get_string_list(*f.config, "dist.fsdp_units") : std::vector<std::string>{};
+  const std::vector<std::string> patterns = f.config ? fsdp_binding().read(*f.config).units : FsdpKeys{}.units;
   const std::vector<std::string> chosen = patterns.empty() ? names : select_names(patterns, names, "dist.fsdp_units");
   const std::set<std::string> units(chosen.begin(), chosen.end());
   std::unordered_set<const void*> in_units;
@@ -82,14 +94,9 @@ StrategyEntry fsdp_strategy() {
   e.memory = fsdp_memory;
   e.auto_memory_order = 3;  // the least memory, and the most traffic: every unit gathered in forward and backward
   e.checkpoint_layout = "sharded";  // rank 0 cannot be asked to hold every rank's share
-  e.add_keys = [](config::Schema& s) {
-    s.add("dist.fsdp_units", config::Type::kStringList,
-          "fsdp: the model's blocks gathered one at a time, as glob patterns over the block names that checkpointing takes "
-          "(\"encoder.layers.*\"); empty: every block; weights outside them stay on every rank")
-        .default_value(YAML::Node(YAML::NodeType::Sequence));
-  };
+  e.add_keys = [](config::Schema& s) { fsdp_binding().declare(s); };
   e.make = [](const StrategyRequest& r) -> std::shared_ptr<Strategy> {
-    return std::make_shared<Fsdp>(joined_or_join(r), config::get_string_list(r.config, "dist.fsdp_units"));
+    return std::make_shared<Fsdp>(joined_or_join(r), fsdp_binding().read(r.config).units);
   };
   return e;
 }

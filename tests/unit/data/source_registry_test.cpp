@@ -60,7 +60,7 @@ TEST(SourceRegistry, ARegisteredSourceIsAChoiceWithItsKeysSplitsAndFacts) {
   for (const char* builtin : {"csv", "image_folder", "netcdf", "npy", "stream", "synthetic", "text_pairs"}) {
     EXPECT_THAT(source_names(), ::testing::Contains(builtin));
   }
-  const DataSplits s = build_datasets(data_config("data: {source: test_counting, counting: {rows: 40}, val_fraction: 0.25, val_split: tail}\n"));
+  const DataSplits s = build_datasets(data_config("data: {source: test_counting, counting: {rows: 40}, val_fraction: 0.25, val_split: tail}\n"), 0);
   EXPECT_EQ(s.train->size(), 30);
   ASSERT_TRUE(s.val);
   EXPECT_EQ(s.val->size(), 10);
@@ -85,12 +85,12 @@ TEST(SourceRegistry, UnknownAndDuplicateNamesAreErrors) {
 
 TEST(SourceRegistry, StreamSourceTakesWhatTheProgramPushed) {
   const config::Config c = data_config("data: {source: stream, val_fraction: 0.0, stream: {capacity: 8}}\n");
-  const Error none = error_from([&] { build_datasets(c); });
+  const Error none = error_from([&] { build_datasets(c, 0); });
   EXPECT_EQ(none.kind(), ErrorKind::kConfig);
   EXPECT_THAT(none.message(), HasSubstr("no program attached a stream buffer"));
   auto buffer = std::make_shared<StreamBuffer>(stream_buffer_options(c));
   for (int i = 0; i < 5; ++i) buffer->push({{"x", at::full({3}, static_cast<float>(i))}, {"y", at::full({1}, 2.0f * i)}});
-  const DataSplits s = build_datasets(c, buffer);
+  const DataSplits s = build_datasets(c, 0, buffer);
   EXPECT_EQ(s.train->size(), 5);
   EXPECT_TRUE(s.temporal);
   EXPECT_EQ(buffer->size(), 0);  // data.stream.clear: the next session trains on new samples

@@ -128,7 +128,7 @@ TEST(Synthetic, GridFieldsMoveEastOneStep) {
 TEST(Synthetic, TheSourceHandsItsFactsToTheModelWithAndWithoutData) {
   const config::Config c =
       data_config("data:\n  source: synthetic\n  kind: grid\n  samples: 20\n  side: 5\n  channels: 4\n");
-  const DataSplits splits = build_datasets(c);
+  const DataSplits splits = build_datasets(c, 0);
   ASSERT_TRUE(splits.facts.grid);
   EXPECT_EQ(splits.facts.grid->lon.size(), 5u);
   EXPECT_EQ(splits.facts.grid->input_channels.size(), 4u);
@@ -138,8 +138,8 @@ TEST(Synthetic, TheSourceHandsItsFactsToTheModelWithAndWithoutData) {
   EXPECT_EQ(without.grid->lat, splits.facts.grid->lat);
   const config::Config pairs =
       data_config("data:\n  source: synthetic\n  kind: pairs\n  samples: 20\n  steps: 4\n  classes: 2\n");
-  ASSERT_TRUE(build_datasets(pairs).facts.text);
-  EXPECT_EQ(build_datasets(pairs).facts.text->max_len, 11);
+  ASSERT_TRUE(build_datasets(pairs, 0).facts.text);
+  EXPECT_EQ(build_datasets(pairs, 0).facts.text->max_len, 11);
 }
 
 }  // namespace

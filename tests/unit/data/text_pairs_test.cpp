@@ -241,7 +241,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   const fs::path train = write("train.tsv", "idx\tpremise\thypothesis\tlabel\n" + corpus_rows(60));
   const fs::path val = write("val.tsv", "premise\thypothesis\tlabel\nthe bird waits\tthe bird sleeps\tneutral\n");
   const std::string base = fmt::format("data: {{source: text_pairs, path: '{}', text: {{vocab_size: 60}}", train.string());
-  DataSplits splits = build_datasets(test_support::data_config(fmt::format("{}, val_path: '{}'}}\n", base, val.string())));
+  DataSplits splits = build_datasets(test_support::data_config(fmt::format("{}, val_path: '{}'}}\n", base, val.string())), 0);
   const auto* t = find_text_pairs(*splits.train);
   const auto* v = find_text_pairs(*splits.val);
   ASSERT_TRUE(t && v);
@@ -250,7 +250,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   EXPECT_THAT(text_longs(v->class_labels()), ElementsAre(2));
 
   // Fold 1 of 3 validates, the others train; the dataset under the subsets is still found.
-  splits = build_datasets(test_support::data_config(base + ", cv: {folds: 3, fold: 1}}\n"));
+  splits = build_datasets(test_support::data_config(base + ", cv: {folds: 3, fold: 1}}\n"), 0);
   EXPECT_EQ(splits.train->size(), 40);
   EXPECT_EQ(splits.val->size(), 20);
   ASSERT_NE(find_text_pairs(*splits.train), nullptr);
@@ -260,7 +260,7 @@ TEST_F(TextPairsTest, BuildSharesTheVocabularyWithValidationAndSplitsFolds) {
   EXPECT_THAT(text_longs(counts), ElementsAre(::testing::AllOf(::testing::Ge(6), ::testing::Le(7)), ::testing::AllOf(::testing::Ge(6), ::testing::Le(7)),
                                         ::testing::AllOf(::testing::Ge(6), ::testing::Le(7))));
   const config::Config fold3 = test_support::data_config(base + ", cv: {folds: 3, fold: 3}}\n");
-  const Error e = error_from([&] { build_datasets(fold3); });
+  const Error e = error_from([&] { build_datasets(fold3, 0); });
   EXPECT_EQ(e.kind(), ErrorKind::kConfig);
   EXPECT_THAT(e.message(), HasSubstr("data.cv.fold is 3, outside [0, 3)"));
 }

@@ -199,7 +199,7 @@ TEST(TextPair, BuildTakesVocabularyClassesAndLengthFromTheData) {
   std::ofstream(dir / "pairs.tsv") << "premise\thypothesis\tlabel\nthe cat sleeps\tthe cat rests\tyes\n"
                                       "the dog barks\tthe bird sings\tno\nthe farmer reads\tthe farmer sleeps\tmaybe\n";
   const data::DataSplits splits = data::build_datasets(test_support::data_config(fmt::format(
-      "data: {{source: text_pairs, path: '{}', val_fraction: 0.0, text: {{max_len: 24, vocab_size: 40}}}}\n", (dir / "pairs.tsv").string())));
+      "data: {{source: text_pairs, path: '{}', val_fraction: 0.0, text: {{max_len: 24, vocab_size: 40}}}}\n", (dir / "pairs.tsv").string())), 0);
   const auto* text = data::find_text_pairs(*splits.train);
   ASSERT_NE(text, nullptr);
   BuiltModel built = build_model("model: {name: text_pair, d_model: 16, heads: 2, layers: 1, ff: 32}\n", splits.train);

@@ -19,6 +19,7 @@
 #include "bellows/app/run.h"
 #include "bellows/app/run_settings.h"
 #include "bellows/app/trainer_setup.h"
+#include "bellows/data/build.h"
 #include "bellows/data/stream_buffer.h"
 #include "bellows/data/tensor_dataset.h"
 #include "bellows/dist/environment.h"
@@ -92,9 +93,10 @@ OnlineTrainer::OnlineTrainer(const config::Config& c, const dist::ProcessInfo* j
 void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* job) {
   Parts& p = *parts_;
   p.config = c;
-  BELLOWS_CHECK_CONFIG(config::get_string(c, "data.source") == "stream",
-                       fmt::format("online training reads data.source: stream, the config has data.source: {} ({})",
-                                   config::get_string(c, "data.source"), c.origin("data.source").str()),
+  const std::string source = data::data_options(c).source;
+  BELLOWS_CHECK_CONFIG(source == "stream",
+                       fmt::format("online training reads data.source: stream, the config has data.source: {} ({})", source,
+                                   c.origin("data.source").str()),
                        "set data.source: stream; the program pushes the samples");
   // The run assembled as `bellows train` assembles one (run_assembly.h), as sessions over pushed samples.
   RunOptions o;
@@ -234,7 +236,7 @@ std::map<std::string, at::Tensor> keep_rows(const std::map<std::string, at::Tens
 
 // data.stream.check_finite: drops the block's samples that hold NaN or Inf (counted) and says which were dropped.
 std::optional<OnlineTrainer::Rejected> OnlineTrainer::drop_nonfinite(std::map<std::string, at::Tensor>& block) {
-  if (block.empty() || block.begin()->second.dim() < 1 || !config::get_bool(parts_->config, "data.stream.check_finite")) return std::nullopt;
+  if (block.empty() || block.begin()->second.dim() < 1 || !data::stream_buffer_options(parts_->config).check_finite) return std::nullopt;
   const std::int64_t n = block.begin()->second.size(0);
   for (const auto& [name, t] : block) {  // blocks of unequal lengths are the buffer's error to name (StreamBuffer::push_many)
     if (t.dim() < 1 || t.size(0) != n) return std::nullopt;
@@ -352,8 +354,8 @@ OnlineMetrics OnlineTrainer::metrics() const {
 
 std::int64_t OnlineTrainer::needed(std::int64_t min_samples) const {
   if (min_samples > 0) return min_samples;
-  const std::int64_t ready = config::get_int(parts_->config, "data.stream.ready_samples");
-  return ready > 0 ? ready : config::get_int(parts_->config, "data.stream.capacity");
+  const data::StreamBufferOptions stream = data::stream_buffer_options(parts_->config);
+  return stream.ready_samples > 0 ? stream.ready_samples : stream.capacity;
 }
 
 std::shared_ptr<data::StreamBuffer> OnlineTrainer::start_session(const std::string& call, std::int64_t min_samples) {

@@ -112,7 +112,7 @@ std::shared_ptr<data::StreamBuffer> OnlineTrainer::take_samples(std::int64_t nee
   } else if (take < need) {
     throw NotReady(take, need);
   }
-  const std::shared_ptr<data::TensorDataset> taken = buffer_->take(config::get_bool(parts_->config, "data.stream.clear"), "stream buffer", take);
+  const std::shared_ptr<data::TensorDataset> taken = buffer_->take(data::stream_buffer_options(parts_->config).clear, "stream buffer", take);
   data::StreamBufferOptions options;
   options.capacity = taken->size();
   options.when_full = "error";

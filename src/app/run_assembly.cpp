@@ -21,6 +21,7 @@
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
 #include "bellows/config/paths.h"  // defines: check_path_exists
+#include "bellows/data/build.h"
 #include "bellows/dist/registry.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/hw/peaks.h"
@@ -152,7 +153,7 @@ void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const
 // precision: auto's reduced precision on a CPU is kept only where a trial measured it faster for this model.
 void trial_steps_of_the_model(const config::Config& c, AssembledRun& a, int world_size) {
   const data::DataSplits& splits = a.loaders->splits;
-  const std::string val_path = config::get_string(c, "data.val_path");
+  const std::string val_path = data::data_options(c).val_path.string();
   trial_evaluation(*a.model.module, *a.model.task,
                    {{splits.train.get(), fmt::format("the training data ({})", splits.train->name()), ErrorKind::kConfig},
                     {splits.val.get(),

@@ -1,6 +1,7 @@
 // The optimization matrix; see bench_matrix.h.
 #include "bellows/app/run_settings.h"
 #include "bellows/app/trainer_setup.h"
+#include "bellows/data/build.h"
 #include "bellows/lab/bench_matrix.h"
 
 #include <fmt/format.h>
@@ -65,7 +66,7 @@ void add_precision_row(std::vector<MatrixRow>& rows, const config::Config& c, co
 // The loader: workers (prefetching in threads) and the depth of its queue.
 void add_loader_rows(std::vector<MatrixRow>& rows, const config::Config& c, const plan::Plan& p) {
   const std::int64_t prefetch = app::loader_settings(c).loader.prefetch;
-  if (config::get_string(c, "data.source") == "stream") {
+  if (data::data_options(c).source == "stream") {
     add_matrix_row(rows, "workers", "data.workers", {}, "prefetching loader: 20-40%", "not measured: data.source: stream (the program pushes the samples)");
     add_matrix_row(rows, "prefetch", "data.prefetch", {}, "deeper prefetch queue", "not measured: data.source: stream");
   } else if (p.workers > 0) {

@@ -46,7 +46,8 @@ Assignment assign(const config::Config& c, std::int64_t k) {
   const config::Origin origin = config::Origin::noted("bellows cv");
   first.set("data.cv.folds", YAML::Node(k), origin);
   first.set("data.cv.fold", YAML::Node(0), origin);
-  const data::DataSplits splits = data::build_datasets(first, static_cast<std::uint64_t>(app::run_settings(c).seed));  // kConfig error here when k > samples
+  // A kConfig error here when k > samples.
+  const data::DataSplits splits = data::build_datasets(first, static_cast<std::uint64_t>(app::run_settings(c).seed));
   const auto* subset = dynamic_cast<const data::SubsetDataset*>(splits.val.get());
   BELLOWS_CHECK(subset != nullptr, "the cross-validation split is not a subset of the data", "report this bug");
   const data::Dataset& all = subset->base();
@@ -107,7 +108,7 @@ CvSummary cross_validate(const config::Config& c, std::int64_t k, const app::Run
   BELLOWS_CHECK_CONFIG(app::run_settings(c).resume.empty(),
                        fmt::format("resume is set ({}); cross-validation trains every fold from the start", c.origin("resume").str()),
                        "drop resume");
-  BELLOWS_CHECK_CONFIG(config::get_string(c, "data.val_path").empty(),
+  BELLOWS_CHECK_CONFIG(data::data_options(c).val_path.empty(),
                        fmt::format("data.val_path is set ({}); cross-validation holds out each fold of data.path instead",
                                    c.origin("data.val_path").str()),
                        "drop data.val_path");

@@ -1,6 +1,7 @@
 // The autotuner and tuned plans; see tune.h.
 #include "bellows/app/run_settings.h"
 #include "bellows/app/trainer_setup.h"
+#include "bellows/data/build.h"
 #include "bellows/lab/tune.h"
 
 #include <fmt/format.h>
@@ -51,7 +52,7 @@ void add_loader_dimension(TuneSpace& space, const config::Config& c, const plan:
     space.notes.push_back(fmt::format("loader: not searched ({} is set on the command line)", k));
     return;
   }
-  if (config::get_string(c, "data.source") == "stream") {
+  if (data::data_options(c).source == "stream") {
     space.notes.push_back("loader: not searched (data.source: stream: the program pushes the samples)");
     return;
   }

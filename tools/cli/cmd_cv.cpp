@@ -9,6 +9,7 @@
 
 #include "bellows/lab/cv.h"
 #include "bellows/app/schema.h"
+#include "bellows/data/build.h"
 #include "bellows/util/check.h"
 #include "command.h"
 #include "exit_codes.h"
@@ -69,7 +70,7 @@ Action register_cv(CLI::App& app) {
       args.erase(args.begin());
     }
     const config::Config config = app::resolve_config(file, args);
-    if (!k) k = config::get_int(config, "data.cv.folds") > 0 ? config::get_int(config, "data.cv.folds") : 5;
+    if (const std::int64_t configured = data::data_options(config).cv_folds; !k) k = configured > 0 ? configured : 5;
     std::signal(SIGINT, on_cv_stop_signal);
     std::signal(SIGTERM, on_cv_stop_signal);
     app::RunOptions options;

@@ -16,6 +16,7 @@
 #include "bellows/app/run_settings.h"
 #include "bellows/ckpt/checkpoint.h"
 #include "bellows/ckpt/inspect.h"
+#include "bellows/data/build.h"
 #include "bellows/data/npy.h"
 #include "bellows/hw/hardware_info.h"
 #include "bellows/models/scripted.h"
@@ -90,12 +91,10 @@ std::map<std::string, at::Tensor> read_extra_inputs(const std::string& spec, con
   const auto names = data::list_npz(file);
   const auto in_file = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
   std::vector<std::string> wanted;
-  if (c.has("data.npy.extra")) {
-    for (const std::string& name : config::get_string_list(c, "data.npy.extra")) {
-      BELLOWS_CHECK_DATA(in_file(name), fmt::format("--input {} has no array '{}', which the model was trained with (data.npy.extra)", spec, name),
-                         fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
-      wanted.push_back(name);
-    }
+  for (const std::string& name : data::npy_extra_arrays(c)) {
+    BELLOWS_CHECK_DATA(in_file(name), fmt::format("--input {} has no array '{}', which the model was trained with (data.npy.extra)", spec, name),
+                       fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
+    wanted.push_back(name);
   }
   for (const char* key : {"model.predict_inputs", "model.inputs"}) {
     if (!c.has(key) || config::get_string_list(c, key).empty()) continue;

@@ -5,7 +5,9 @@
 #include <fmt/ranges.h>
 
 #include <numeric>
+#include <utility>
 
+#include "bellows/app/run_settings.h"  // defines: run_settings
 #include "bellows/ckpt/safetensors.h"
 #include "bellows/train/checkpointing.h"
 #include "bellows/train/step_undo.h"
@@ -48,8 +50,49 @@ std::string import_note(const models::WeightImport& w, const std::vector<std::st
                                          : fmt::format("; {} tensors did not match: {}", differences.size(), fmt::join(differences, "; ")));
 }
 
+namespace {
+
+// The configured model's entry, and its input and output keys (none where the entry has no io).
+const models::ModelEntry& configured_model(const config::Config& c) { return models::find_model(run_settings(c).model_name); }
+models::ModelIo model_io(const models::ModelEntry& entry, const config::Config& c) { return entry.io ? entry.io(c) : models::ModelIo{}; }
+
+// The targets against model.out_features, for the models with a model.task (mlp, lstm/gru, transformer): a
+// shape mismatch or a label out of range would otherwise surface as LibTorch's error inside the first step.
+// (0: the model takes the count from the data and checks it itself, models/class_count.h.)
+void check_targets_against_model(const config::Config& c, const models::ModelIo& io, const data::Dataset& train) {
+  if (!io.out_features || !io.task || *io.out_features <= 0 || train.size() == 0) return;
+  const data::Batch one = data::first_sample(train);
+  const std::int64_t out = *io.out_features;
+  const auto y = one.tensors.find("y");
+  if (y == one.tensors.end() || !y->second.defined()) return;
+  if (*io.task == "regression") {
+    const std::int64_t per_sample = y->second.numel() / std::max<std::int64_t>(1, y->second.size(0));
+    BELLOWS_CHECK_CONFIG(per_sample == out,
+                         fmt::format("model.out_features is {} ({}) but the targets of {} have {} value(s) per sample (y {})", out,
+                                     c.origin("model.out_features").str(), train.name(), per_sample, shape_of(y->second.select(0, 0))),
+                         at::isFloatingType(y->second.scalar_type())
+                             ? fmt::format("set model.out_features: {} (or choose the target columns)", per_sample)
+                             : fmt::format("the targets are integers: for class labels set model.task: classification (model.task is "
+                                           "regression, {}); for regression set model.out_features: {}",
+                                           c.origin("model.task").str(), per_sample));
+    return;
+  }
+  const at::Tensor labels = train.class_labels().defined() ? train.class_labels() : y->second.reshape(-1);
+  if (labels.numel() == 0 || at::isFloatingType(labels.scalar_type())) return;
+  const std::int64_t low = labels.min().item<std::int64_t>(), high = labels.max().item<std::int64_t>();
+  BELLOWS_CHECK_DATA(low >= 0, fmt::format("{} has a negative class label ({})", train.name(), low),
+                     "class labels are 0, 1, ..., classes - 1");
+  BELLOWS_CHECK_CONFIG(high < out,
+                       fmt::format("model.out_features is {} ({}) but {} has class labels up to {}", out,
+                                   c.origin("model.out_features").str(), train.name(), high),
+                       fmt::format("set model.out_features to the number of classes, at least {}", high + 1));
+}
+
+}  // namespace
+
 std::optional<plan::PlanEntry> take_input_width_from_data(config::Config& c, const data::Dataset& train) {
-  if (!c.has("model.in_features") || !c.is_schema_default("model.in_features") || train.size() == 0) return std::nullopt;
+  const bool has_key = model_io(configured_model(c), c).in_features.has_value();
+  if (!has_key || !c.is_schema_default("model.in_features") || train.size() == 0) return std::nullopt;
   const data::Batch one = data::first_sample(train);
   const auto x = one.tensors.find("x");
   if (x == one.tensors.end() || !x->second.defined() || x->second.dim() < 2 || x->second.size(-1) < 1) return std::nullopt;  // checked next
@@ -61,48 +104,19 @@ std::optional<plan::PlanEntry> take_input_width_from_data(config::Config& c, con
 }
 
 void check_data_against_model(const config::Config& c, const data::Dataset& train) {
-  if (c.has("model.in_features") && train.size() > 0) {
+  const models::ModelEntry& entry = configured_model(c);
+  const models::ModelIo io = model_io(entry, c);
+  if (io.in_features && train.size() > 0) {
     const data::Batch one = data::first_sample(train);
     BELLOWS_CHECK_CONFIG(one.tensors.count("x") > 0, fmt::format("the model reads inputs 'x', {} has none", train.name()),
                          "name the input array x");
     const std::int64_t width = one.at("x").size(-1);
-    BELLOWS_CHECK_CONFIG(config::get_int(c, "model.in_features") == width,
-                         fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})",
-                                     config::get_int(c, "model.in_features"), c.origin("model.in_features").str(), width, train.name()),
+    BELLOWS_CHECK_CONFIG(*io.in_features == width,
+                         fmt::format("model.in_features is {} ({}) but the data's samples have {} features ({})", *io.in_features,
+                                     c.origin("model.in_features").str(), width, train.name()),
                          "make the model's input width match the data");
   }
-  // The targets against model.out_features, for the models with a model.task (mlp, lstm/gru, transformer): a
-  // shape mismatch or a label out of range would otherwise surface as LibTorch's error inside the first step.
-  // (0: the model takes the count from the data and checks it itself, models/class_count.h.)
-  if (c.has("model.out_features") && c.has("model.task") && config::get_int(c, "model.out_features") > 0 && train.size() > 0) {
-    const data::Batch one = data::first_sample(train);
-    const std::int64_t out = config::get_int(c, "model.out_features");
-    if (const auto y = one.tensors.find("y"); y != one.tensors.end() && y->second.defined()) {
-      if (config::get_string(c, "model.task") == "regression") {
-        const std::int64_t per_sample = y->second.numel() / std::max<std::int64_t>(1, y->second.size(0));
-        BELLOWS_CHECK_CONFIG(per_sample == out,
-                             fmt::format("model.out_features is {} ({}) but the targets of {} have {} value(s) per sample (y {})", out,
-                                         c.origin("model.out_features").str(), train.name(), per_sample, shape_of(y->second.select(0, 0))),
-                             at::isFloatingType(y->second.scalar_type())
-                                 ? fmt::format("set model.out_features: {} (or choose the target columns)", per_sample)
-                                 : fmt::format("the targets are integers: for class labels set model.task: classification (model.task is "
-                                               "regression, {}); for regression set model.out_features: {}",
-                                               c.origin("model.task").str(), per_sample));
-      } else {
-        const at::Tensor labels = train.class_labels().defined() ? train.class_labels() : y->second.reshape(-1);
-        if (labels.numel() > 0 && !at::isFloatingType(labels.scalar_type())) {
-          const std::int64_t low = labels.min().item<std::int64_t>(), high = labels.max().item<std::int64_t>();
-          BELLOWS_CHECK_DATA(low >= 0, fmt::format("{} has a negative class label ({})", train.name(), low),
-                             "class labels are 0, 1, ..., classes - 1");
-          BELLOWS_CHECK_CONFIG(high < out,
-                               fmt::format("model.out_features is {} ({}) but {} has class labels up to {}", out,
-                                           c.origin("model.out_features").str(), train.name(), high),
-                               fmt::format("set model.out_features to the number of classes, at least {}", high + 1));
-        }
-      }
-    }
-  }
-  const models::ModelEntry& entry = models::find_model(config::get_string(c, "model.name"));
+  check_targets_against_model(c, io, train);
   if (entry.check_data) entry.check_data(c, train);
 }
 
@@ -162,9 +176,12 @@ at::Tensor predict_batch(Task& task, torch::nn::Module& model, const data::Batch
 }
 
 void check_prediction_input(const config::Config& c, const at::Tensor& x, const std::string& what, const std::string& key_note) {
-  for (const char* key : {"model.in_features", "model.context_features"}) {
-    if (!c.has(key)) continue;
-    const std::int64_t width = config::get_int(c, key);
+  const models::ModelIo io = model_io(configured_model(c), c);
+  const std::pair<const char*, std::optional<std::int64_t>> widths[] = {{"model.in_features", io.in_features},
+                                                                         {"model.context_features", io.context_features}};
+  for (const auto& [key, configured] : widths) {
+    if (!configured) continue;
+    const std::int64_t width = *configured;
     BELLOWS_CHECK_DATA(x.dim() == 2 && x.size(1) == width,
                        fmt::format("{} has shape {}, the model expects [rows, {}] ({}{})", what, shape_of(x), width, key, key_note),
                        "give the inputs the model was trained on, one row per sample");
@@ -173,7 +190,7 @@ void check_prediction_input(const config::Config& c, const at::Tensor& x, const 
 
 models::BuiltModel build_model(const config::Config& config, const models::ModelContext& context, std::vector<std::string>* notes,
                                bool load_imports) {
-  models::BuiltModel built = models::find_model(config::get_string(config, "model.name")).build(config, context);
+  models::BuiltModel built = configured_model(config).build(config, context);
   if (!load_imports) return built;
   for (const auto& w : built.imports) {
     const auto differences = import_weights(*built.module, w);

@@ -275,6 +275,10 @@ model:
   e.demo.data =
       "a synthetic regression table (7 context values -> 256 values of a random teacher network, 4096 samples)";
   e.add_keys = [](config::Schema& s) { ddpm_binding().declare(s); };
+  e.io = [](const config::Config& c) {
+    const DdpmOptions o = ddpm_binding().read(c);
+    return ModelIo{std::nullopt, o.out_features, o.context_features, std::nullopt};
+  };
   e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
     const DdpmOptions o = ddpm_binding().read(c);
     const std::int64_t context = o.context_features, out = o.out_features, h = o.hidden, layers = o.layers, embedding = o.time_embedding;

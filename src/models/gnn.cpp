@@ -256,8 +256,8 @@ bool same_coordinates(const std::vector<double>& a, const std::vector<double>& b
   return true;
 }
 
-// The model.* keys of GnnOptions, bound once (config/binding.h). model.residual is no field of it: options_from
-// turns it into residual_channels, which need the data's channel names.
+// The model.* keys of GnnOptions, bound once (config/binding.h). options_from turns model.residual into
+// residual_channels, which need the data's channel names.
 const config::Binding<GnnOptions>& gnn_binding() {
   using O = GnnOptions;
   using M = MeshOptions;
@@ -277,6 +277,7 @@ const config::Binding<GnnOptions>& gnn_binding() {
     b.key("out_channels", &O::out_channels, "target channels (0: from the data)").min(0).default_value(YAML::Node(0));
     b.key("lat", &O::lat, "grid latitudes in degrees (empty: from the data)");
     b.key("lon", &O::lon, "grid longitudes in degrees (empty: from the data)");
+    b.key("residual", &O::residual, "predict the change of each target channel from the input channel of the same name");
   });
 }
 
@@ -334,7 +335,7 @@ GnnOptions options_from(const config::Config& c, const ModelContext& context) {
                        "set model.in_channels and model.out_channels, or train from a NetCDF file");
 
   // --- residual: each target channel adds the input channel of the same name ---
-  if (config::get_bool(c, "model.residual")) {
+  if (o.residual) {
     if (!in_names.empty()) {
       for (const auto& name : out_names) {
         const auto it = std::find(in_names.begin(), in_names.end(), name);
@@ -375,17 +376,11 @@ model:
 )";
   e.demo.data =
       "a synthetic grid (3 fields on 16 x 16 points of a 10 x 10 degree region, predicted one step on; 512 samples)";
-  e.add_keys = [](config::Schema& s) {
-    gnn_binding().declare(s);
-    s.add("model.residual", config::Type::kBool, "predict the change of each target channel from the input channel of the same name")
-        .default_value(YAML::Node(true));
-  };
+  e.add_keys = [](config::Schema& s) { gnn_binding().declare(s); };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     const GnnOptions o = options_from(c, context);
-    // The static embeddings are shared by a batch: counted per sample at the loaded batch (auto: the global batch).
-    const std::int64_t batch = config::is_word(c, "data.batch_size", "auto") ? config::get_int(c, "train.global_batch_size")
-                                                                             : config::get_int(c, "data.batch_size");
-    return gnn_forward_flops(o, build_regional_graph(o.lat, o.lon, o.mesh), batch);
+    // The static embeddings are shared by a batch: counted per sample at the loaded batch (unknown: a batch of one).
+    return gnn_forward_flops(o, build_regional_graph(o.lat, o.lon, o.mesh), context.loaded_batch);
   };
   e.forward_flops_basis = "the static mesh and edge embeddings run once per batch and count 1/data.batch_size per sample";
   e.build = [](const config::Config& c, const ModelContext& context) {

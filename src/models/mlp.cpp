@@ -63,7 +63,7 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) { return layers_->forward(x); }
 
 namespace {
 
-// The model.* keys of MlpOptions, bound once (config/binding.h); model.task is no field of it (it picks the task).
+// The model.* keys of MlpOptions, bound once (config/binding.h).
 const config::Binding<MlpOptions>& mlp_binding() {
   using O = MlpOptions;
   return config::bound<O>("model.", [](config::Binding<O>& b) {
@@ -73,6 +73,7 @@ const config::Binding<MlpOptions>& mlp_binding() {
     b.key("activation", &O::activation, "activation").choices({"gelu", "relu", "silu", "tanh"});
     b.key("norm", &O::norm, "normalisation after each hidden layer").choices({"none", "layer", "batch"});
     b.key("dropout", &O::dropout, "dropout probability").min(0).max(0.99);
+    b.key("task", &O::task, "training objective").choices({"regression", "classification"});
   });
 }
 
@@ -96,11 +97,10 @@ model:
 )";
   e.demo.data =
       "a synthetic regression table (64 features -> 1 target of a random teacher network plus noise, 65536 samples)";
-  e.add_keys = [](config::Schema& s) {
-    mlp_binding().declare(s);
-    s.add("model.task", config::Type::kString, "training objective")
-        .choices({"regression", "classification"})
-        .default_value(YAML::Node("regression"));
+  e.add_keys = [](config::Schema& s) { mlp_binding().declare(s); };
+  e.io = [](const config::Config& c) {
+    const MlpOptions o = mlp_binding().read(c);
+    return ModelIo{o.in_features, o.out_features, std::nullopt, o.task};
   };
   e.forward_flops = [](const config::Config& c, const ModelContext&) -> std::optional<double> {
     const MlpOptions o = mlp_binding().read(c);
@@ -116,10 +116,10 @@ model:
     return flops;
   };
   e.build = [](const config::Config& c, const ModelContext&) {
-    auto module = std::make_shared<MlpImpl>(mlp_binding().read(c));
+    const MlpOptions o = mlp_binding().read(c);
+    auto module = std::make_shared<MlpImpl>(o);
     Forward forward = [](torch::nn::Module& m, const at::Tensor& x) { return static_cast<MlpImpl&>(m).forward(x); };
-    auto task = config::get_string(c, "model.task") == "classification" ? make_classification_task(forward)
-                                                                          : make_regression_task(forward);
+    auto task = o.task == "classification" ? make_classification_task(forward) : make_regression_task(forward);
     return BuiltModel{module, task};
   };
   return e;

@@ -286,6 +286,7 @@ model:
     resnet_binding().declare(s);
     declare_class_count(s, "the training data's class count");
   };
+  e.io = class_count_io;
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the image size comes from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");

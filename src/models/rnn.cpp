@@ -85,7 +85,8 @@ at::Tensor pool_steps(const at::Tensor& h, const at::Tensor& lengths, const std:
   return h.masked_fill(valid.logical_not().unsqueeze(2), 0).sum(1) / n.to(h.scalar_type()).unsqueeze(1);
 }
 
-std::int64_t check_sequence_data(const config::Config& c, const ModelContext& context, const std::string& model) {
+std::int64_t check_sequence_data(const config::Config& c, const ModelContext& context, const std::string& model,
+                                 const SequenceHead& head) {
   if (!context.train || context.train->size() == 0) return 0;
   const data::Dataset& train = *context.train;
   const data::Batch one = data::first_sample(train);
@@ -94,19 +95,19 @@ std::int64_t check_sequence_data(const config::Config& c, const ModelContext& co
                        fmt::format("model {} needs sequences [T, F], but a sample's x has shape {} ({})", model,
                                    shape_of(x[0]), train.name()),
                        "read the series as sliding windows: set data.window.length (and data.window.horizon)");
-  const std::int64_t in_features = config::get_int(c, "model.in_features");
+  const std::int64_t in_features = head.in_features;
   BELLOWS_CHECK_CONFIG(
       in_features == x.size(2),
       fmt::format("model.in_features is {} ({}) but the data's sequences have {} features: x {} ({})", in_features,
                   c.origin("model.in_features").str(), x.size(2), shape_of(x[0]), train.name()),
       fmt::format("set model.in_features: {}", x.size(2)));
-  const std::int64_t out_features = config::get_int(c, "model.out_features");
+  const std::int64_t out_features = head.out_features;
   const auto y_it = one.tensors.find("y");
   BELLOWS_CHECK_CONFIG(y_it != one.tensors.end(),
                        fmt::format("model {} needs targets y, but {} has none", model, train.name()),
                        "give the series a horizon (data.window.horizon >= 1) or a y array/column");
   const at::Tensor y = y_it->second[0];
-  if (config::get_string(c, "model.task") == "classification") {
+  if (head.task == "classification") {
     BELLOWS_CHECK_CONFIG(
         y.numel() == 1,
         fmt::format("model.task is classification but a sample's y has shape {}: not one class index ({})", shape_of(y),
@@ -206,12 +207,6 @@ at::Tensor RnnModelImpl::forward(const at::Tensor& x, const at::Tensor& lengths)
   return head_->forward(pooled);
 }
 
-void add_sequence_task_key(config::Schema& s) {
-  s.add("model.task", config::Type::kString, "training objective")
-      .choices({"regression", "classification"})
-      .default_value(YAML::Node("regression"));
-}
-
 namespace {
 
 // The model.* keys of RnnOptions (both cells), bound once (config/binding.h); the cell is the model's name.
@@ -224,7 +219,7 @@ const config::Binding<RnnOptions>& rnn_binding() {
     b.key("bidirectional", &O::bidirectional, "also run each layer backwards in time");
     b.key("dropout", &O::dropout, "dropout between recurrent layers").min(0).max(0.99);
     b.key("pooling", &O::pooling, "sequence summary: last valid step, or mean over valid steps").choices({"last", "mean"});
-    bind_sequence_out_features(b);
+    bind_sequence_head(b);
   });
 }
 
@@ -237,10 +232,8 @@ ModelEntry rnn_entry(const std::string& cell) {
       cell == "lstm" ? "multi-layer LSTM" : "multi-layer GRU");
   // The model's defaults (two layers of 128) are fast enough.
   e.demo = sequence_demo(fmt::format("model:\n  name: {}\n", cell));
-  e.add_keys = [](config::Schema& s) {
-    rnn_binding().declare(s);
-    add_sequence_task_key(s);
-  };
+  e.add_keys = [](config::Schema& s) { rnn_binding().declare(s); };
+  e.io = [](const config::Config& c) { return sequence_io(rnn_binding().read(c)); };
   e.forward_flops = [cell](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
@@ -250,14 +243,14 @@ ModelEntry rnn_entry(const std::string& cell) {
            linear_flops(1, o.hidden_size * (o.bidirectional ? 2 : 1), o.out_features);
   };
   e.build = [cell](const config::Config& c, const ModelContext& context) {
-    check_sequence_data(c, context, cell);
     RnnOptions o = rnn_binding().read(c);
+    check_sequence_data(c, context, cell, {o.in_features, o.out_features, o.task});
     o.cell = cell;
     auto module = std::make_shared<RnnModelImpl>(o);
     SequenceForward forward = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& lengths) {
       return static_cast<RnnModelImpl&>(m).forward(x, lengths);
     };
-    return BuiltModel{module, make_sequence_task(forward, config::get_string(c, "model.task"))};
+    return BuiltModel{module, make_sequence_task(forward, o.task)};
   };
   return e;
 }

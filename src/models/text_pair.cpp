@@ -198,7 +198,8 @@ std::int64_t from_data(const config::Config& c, const std::string& key, std::int
 
 // The model.* keys of TextPairOptions, bound once (config/binding.h). A 0 in model.max_len, vocab_size or
 // out_features (the class count, models/class_count.h, read apart) takes the data's value (build below), so the
-// config's default is 0 where the struct's is a size for C++ callers. freeze_encoder and the encoder_weights keys are no options fields: they act on the built model.
+// config's default is 0 where the struct's is a size for C++ callers. freeze_encoder and the encoder_weights keys
+// act on the built model: TextPairBuildOptions below.
 const config::Binding<TextPairOptions>& text_pair_binding() {
   using O = TextPairOptions;
   using E = TransformerEncoderOptions;
@@ -212,18 +213,28 @@ const config::Binding<TextPairOptions>& text_pair_binding() {
   });
 }
 
+// What the build does to the built model: freeze its encoder, import a pretrained one.
+struct TextPairBuildOptions {
+  bool freeze_encoder = false;
+  std::string encoder_weights;  // "" none
+  bool encoder_weights_strict = true;
+};
+
+const config::Binding<TextPairBuildOptions>& text_pair_build_binding() {
+  using O = TextPairBuildOptions;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.key("freeze_encoder", &O::freeze_encoder, "freeze the encoder (embeddings + Transformer); only the head trains");
+    b.key("encoder_weights", &O::encoder_weights, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
+        .file_path();
+    b.key("encoder_weights_strict", &O::encoder_weights_strict,
+          "encoder_weights: every encoder tensor must match (false: load what matches)");
+  });
+}
+
 void declare_text_pair_keys(config::Schema& s) {
-  using config::Type;
-  auto node = [](auto v) { return YAML::Node(v); };
   text_pair_binding().declare(s);
   declare_class_count(s, "the data's labels");
-  s.add("model.freeze_encoder", Type::kBool, "freeze the encoder (embeddings + Transformer); only the head trains")
-      .default_value(node(false));
-  s.add("model.encoder_weights", Type::kString, "safetensors file loaded into the encoder by name (\"encoder.\" prefix optional)")
-      .default_value(node(""))
-      .file_path();
-  s.add("model.encoder_weights_strict", Type::kBool, "encoder_weights: every encoder tensor must match (false: load what matches)")
-      .default_value(node(true));
+  text_pair_build_binding().declare(s);
 }
 
 std::optional<double> text_pair_forward_flops(const config::Config& c, const ModelContext& context) {
@@ -265,14 +276,15 @@ TextPairOptions text_pair_options_from(const config::Config& c, const ModelConte
 
 BuiltModel build_text_pair(const config::Config& c, const ModelContext& context) {
   auto module = std::make_shared<TextPairClassifierImpl>(text_pair_options_from(c, context));
-  if (config::get_bool(c, "model.freeze_encoder")) module->freeze_encoder();
+  const TextPairBuildOptions o = text_pair_build_binding().read(c);
+  if (o.freeze_encoder) module->freeze_encoder();
   BuiltModel built{module, std::make_shared<TextPairTask>()};
   if (auto note = class_count_note(c)) built.plan_rows.push_back(*note);
-  if (const std::string weights = config::get_string(c, "model.encoder_weights"); !weights.empty()) {
+  if (const std::string& weights = o.encoder_weights; !weights.empty()) {
     config::check_path_exists(c, "model.encoder_weights", weights, ErrorKind::kData,
                               "give a safetensors file (bellows ckpt export writes one)");
     // A pretrained encoder, imported by app/ after building (names with or without the "encoder." prefix).
-    built.imports.push_back({weights, std::string(kEncoderPrefix), config::get_bool(c, "model.encoder_weights_strict"), "encoder",
+    built.imports.push_back({weights, std::string(kEncoderPrefix), o.encoder_weights_strict, "encoder",
                              "model.encoder_weights_strict"});
   }
   return built;
@@ -303,6 +315,7 @@ model:
       "synthetic token pairs (two sentences of 8 words from 32 ids; 3 classes: how the second's group of words "
       "follows the first's; 4096 samples)";
   e.add_keys = declare_text_pair_keys;
+  e.io = class_count_io;
   e.forward_flops = text_pair_forward_flops;
   e.forward_flops_basis = "at the longest pair (model.max_len or data.text.max_len tokens); batches are padded to their longest pair, "
                           "so shorter batches compute less";

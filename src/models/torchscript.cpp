@@ -9,9 +9,11 @@
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <algorithm>
 #include <array>
 
-#include "bellows/config/paths.h"  // defines: check_path_exists
+#include "bellows/config/binding.h"  // defines: Binding, bound
+#include "bellows/config/paths.h"    // defines: check_path_exists
 #include "bellows/config/schema.h"
 #include "bellows/data/dataset.h"
 #include "bellows/models/registry.h"
@@ -23,6 +25,38 @@
 
 namespace bellows::models {
 namespace {
+
+// The model.* keys as written, bound once (config/binding.h); read_options parses them.
+struct ScriptedKeys {
+  std::string path;  // required: no default
+  std::vector<std::string> inputs = {"x"};
+  std::string output;
+  std::string loss = "task";  // task | module
+  std::string loss_key = "loss";
+  std::string task = "regression";  // regression | classification
+  std::string predict_method;
+  std::vector<std::string> predict_inputs;  // empty: inputs
+  bool jit_optimize = false;
+};
+
+const config::Binding<ScriptedKeys>& scripted_keys_binding() {
+  using O = ScriptedKeys;
+  return config::bound<O>("model.", [](config::Binding<O>& b) {
+    b.custom("path", config::Type::kString, "TorchScript file (torch.jit.script/trace(...).save); relative to the config file",
+             [](const config::Config& c, const std::string& key, O& o) { o.path = config::get_string(c, key); })
+        .required()
+        .file_path();
+    b.key("inputs", &O::inputs, "batch tensors given to forward(): 'x' by position, 'arg=x' by argument name");
+    b.key("output", &O::output, "the output used: '' a tensor, an index of a tuple, or a dict key");
+    b.key("loss", &O::loss, "task: model.task's loss on model.output against y; module: forward returns the loss")
+        .choices({"task", "module"});
+    b.key("loss_key", &O::loss_key, "model.loss module: the dict key or tuple index holding the loss");
+    b.key("task", &O::task, "model.loss task: training objective").choices({"regression", "classification"});
+    b.key("predict_method", &O::predict_method, "method that predicts ('' forward in eval mode; e.g. sample)");
+    b.key("predict_inputs", &O::predict_inputs, "inputs of predictions, as model.inputs (empty: model.inputs)");
+    b.key("jit_optimize", &O::jit_optimize, "TorchScript graph executor optimisation (profiling, autodiff graphs, fusion)");
+  });
+}
 
 struct ScriptedOptions {
   std::string path;
@@ -36,19 +70,32 @@ struct ScriptedOptions {
 };
 
 ScriptedOptions read_options(const config::Config& c) {
+  const ScriptedKeys k = scripted_keys_binding().read(c);
   ScriptedOptions o;
-  o.path = config::get_string(c, "model.path");
+  o.path = k.path;
   config::check_path_exists(c, "model.path", o.path, ErrorKind::kConfig, "set model.path to a TorchScript file");
-  o.inputs = parse_scripted_inputs(config::get_string_list(c, "model.inputs"), "model.inputs");
-  const auto predict_inputs = config::get_string_list(c, "model.predict_inputs");
-  o.predict_inputs = predict_inputs.empty() ? o.inputs : parse_scripted_inputs(predict_inputs, "model.predict_inputs");
-  o.output = config::get_string(c, "model.output");
-  o.module_loss = config::get_string(c, "model.loss") == "module";
-  o.loss_key = config::get_string(c, "model.loss_key");
-  o.classification = config::get_string(c, "model.task") == "classification";
-  o.predict_method = config::get_string(c, "model.predict_method");
-  o.jit_optimize = config::get_bool(c, "model.jit_optimize");
+  o.inputs = parse_scripted_inputs(k.inputs, "model.inputs");
+  o.predict_inputs = k.predict_inputs.empty() ? o.inputs : parse_scripted_inputs(k.predict_inputs, "model.predict_inputs");
+  o.output = k.output;
+  o.module_loss = k.loss == "module";
+  o.loss_key = k.loss_key;
+  o.classification = k.task == "classification";
+  o.predict_method = k.predict_method;
+  o.jit_optimize = k.jit_optimize;
   return o;
+}
+
+// ModelEntry::prediction_inputs: the batch tensors besides x of model.predict_inputs, else of model.inputs.
+std::vector<std::string> prediction_tensors(const config::Config& c) {
+  const ScriptedKeys k = scripted_keys_binding().read(c);
+  const bool own = !k.predict_inputs.empty();  // predict_inputs, when set, replaces inputs
+  std::vector<std::string> names;
+  if (!own && k.inputs.empty()) return names;
+  const auto inputs = parse_scripted_inputs(own ? k.predict_inputs : k.inputs, own ? "model.predict_inputs" : "model.inputs");
+  for (const ScriptedInput& in : inputs) {
+    if (in.tensor != "x" && std::find(names.begin(), names.end(), in.tensor) == names.end()) names.push_back(in.tensor);
+  }
+  return names;
 }
 
 std::string shapes_of(const data::Batch& batch, const std::vector<ScriptedInput>& inputs) {
@@ -206,25 +253,6 @@ constexpr std::array<const char*, 2> kJitOptimizeReason = {
     "measured within the trials' spread on the CPU (W1 1.05x, W3 1.03x and 0.94x; docs/benchmarks.md)",
     "requested: the profiling graph executor (autodiff subgraphs, fusion where LibTorch has a fuser)"};
 
-void add_keys(config::Schema& s) {
-  using config::Type;
-  auto node = [](auto v) { return YAML::Node(v); };
-  s.add("model.path", Type::kString, "TorchScript file (torch.jit.script/trace(...).save); relative to the config file").required().file_path();
-  s.add("model.inputs", Type::kStringList, "batch tensors given to forward(): 'x' by position, 'arg=x' by argument name")
-      .default_value(YAML::Load("[x]"));
-  s.add("model.output", Type::kString, "the output used: '' a tensor, an index of a tuple, or a dict key").default_value(node(""));
-  s.add("model.loss", Type::kString, "task: model.task's loss on model.output against y; module: forward returns the loss")
-      .choices({"task", "module"})
-      .default_value(node("task"));
-  s.add("model.loss_key", Type::kString, "model.loss module: the dict key or tuple index holding the loss").default_value(node("loss"));
-  s.add("model.task", Type::kString, "model.loss task: training objective").choices({"regression", "classification"}).default_value(node("regression"));
-  s.add("model.predict_method", Type::kString, "method that predicts ('' forward in eval mode; e.g. sample)").default_value(node(""));
-  s.add("model.predict_inputs", Type::kStringList, "inputs of predictions, as model.inputs (empty: model.inputs)")
-      .default_value(YAML::Load("[]"));
-  s.add("model.jit_optimize", Type::kBool, "TorchScript graph executor optimisation (profiling, autodiff graphs, fusion)")
-      .default_value(node(false));
-}
-
 ModelEntry torchscript_entry() {
   ModelEntry e;
   e.name = "torchscript";
@@ -235,12 +263,16 @@ ModelEntry torchscript_entry() {
   e.demo.data =
       "the MLP demo's synthetic regression table (x of 64 features -> y of 1 target; the demo cannot know a "
       "scripted model's inputs: a model taking x [B, 64] trains as it is, a config file gives another its data)";
-  e.add_keys = add_keys;
+  e.add_keys = [](config::Schema& s) { scripted_keys_binding().declare(s); };
+  e.io = [](const config::Config& c) {
+    return ModelIo{std::nullopt, std::nullopt, std::nullopt, scripted_keys_binding().read(c).task};
+  };
+  e.prediction_inputs = prediction_tensors;
   // 2-D convolutions: a 4-D parameter (Conv2d weights); channels_last (a layout of 4-D tensors) and cuDNN's search
   // are then worth trying. A Conv1d's 3-D weights have no channels_last layout.
   e.has_convolutions = [](const config::Config& c) {
     try {
-      const torch::jit::Module m = torch::jit::load(config::get_string(c, "model.path"), c10::Device(c10::kCPU));
+      const torch::jit::Module m = torch::jit::load(scripted_keys_binding().read(c).path, c10::Device(c10::kCPU));
       for (const auto& p : m.named_parameters()) {
         if (p.value.dim() == 4) return true;
       }
@@ -286,7 +318,7 @@ ModelEntry torchscript_entry() {
     BuiltModel built{module, std::make_shared<ScriptedTask>(o)};
     built.plan_rows.push_back({"jit_optimize", o.jit_optimize ? "true" : "false", kJitOptimizeReason[o.jit_optimize ? 1 : 0]});
     if (const RoutedCalls routed = module->routed_calls(); routed.dropout + routed.attention > 0) {
-      const bool torch_masks = config::get_string(c, "dropout_masks") == "torch";
+      const bool torch_masks = context.dropout_masks == DropoutMasks::kTorch;
       built.plan_rows.push_back(
           {"dropout", torch_masks ? "ATen's draws" : "parallel masks",
            fmt::format("the scripted graphs' {} dropout and {} scaled_dot_product_attention call site(s) draw their masks with "

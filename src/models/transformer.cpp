@@ -256,7 +256,7 @@ config::Binding<TransformerEncoderOptions> encoder_binding(const TransformerEnco
 
 namespace {
 
-// The model.* keys of TransformerModelOptions, bound once (config/binding.h); model.task is no field of it.
+// The model.* keys of TransformerModelOptions, bound once (config/binding.h).
 const config::Binding<TransformerModelOptions>& transformer_binding() {
   using O = TransformerModelOptions;
   return config::bound<O>("model.", [](config::Binding<O>& b) {
@@ -266,7 +266,7 @@ const config::Binding<TransformerModelOptions>& transformer_binding() {
     b.nest(&O::encoder, encoder);
     b.key("pooling", &O::pooling, "sequence summary: mean over valid steps, last valid step, or a cls token")
         .choices({"mean", "last", "cls"});
-    bind_sequence_out_features(b);
+    bind_sequence_head(b);
   });
 }
 
@@ -276,10 +276,8 @@ ModelEntry transformer_entry() {
   e.help = "pre-LN Transformer encoder over sequence windows [T, F] (W3); task: regression or classification";
   // Two narrow layers: seconds on two cores.
   e.demo = sequence_demo("model:\n  name: transformer\n  d_model: 64\n  heads: 4\n  layers: 2\n  ff: 128\n");
-  e.add_keys = [](config::Schema& s) {
-    transformer_binding().declare(s);
-    add_sequence_task_key(s);
-  };
+  e.add_keys = [](config::Schema& s) { transformer_binding().declare(s); };
+  e.io = [](const config::Config& c) { return sequence_io(transformer_binding().read(c)); };
   e.forward_flops = [](const config::Config& c, const ModelContext& context) -> std::optional<double> {
     if (!context.train || context.train->size() == 0) return std::nullopt;  // the steps come from the data
     const at::Tensor x = data::first_sample(*context.train).at("x");
@@ -291,7 +289,8 @@ ModelEntry transformer_entry() {
   };
   e.build = [](const config::Config& c, const ModelContext& context) {
     const TransformerModelOptions o = transformer_binding().read(c);
-    const std::int64_t steps = check_sequence_data(c, context, "transformer") + (o.pooling == "cls" ? 1 : 0);
+    const std::int64_t steps =
+        check_sequence_data(c, context, "transformer", {o.in_features, o.out_features, o.task}) + (o.pooling == "cls" ? 1 : 0);
     BELLOWS_CHECK_CONFIG(
         o.encoder.positions == "none" || steps <= o.encoder.max_len,
         fmt::format("model.max_len is {} ({}) but the data's sequences have {} steps{}", o.encoder.max_len,
@@ -301,7 +300,7 @@ ModelEntry transformer_entry() {
     SequenceForward forward = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& lengths) {
       return static_cast<TransformerModelImpl&>(m).forward(x, lengths);
     };
-    return BuiltModel{module, make_sequence_task(forward, config::get_string(c, "model.task"))};
+    return BuiltModel{module, make_sequence_task(forward, o.task)};
   };
   return e;
 }

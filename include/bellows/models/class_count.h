@@ -8,12 +8,19 @@
 #include <string>
 
 #include "bellows/config/schema.h"    // defines: Schema, Config
-#include "bellows/models/registry.h"  // defines: ModelPlanRow
+#include "bellows/models/registry.h"  // defines: ModelIo, ModelPlanRow
 
 namespace bellows::models {
 
+// The keys as configured.
+struct ClassCountOptions {
+  std::string task = "classification";      // model.task (classification, the only choice)
+  std::int64_t out_features = 0;            // model.out_features (0: from the data)
+  std::optional<std::int64_t> num_classes;  // the deprecated model.num_classes, where the config sets it
+};
+
 // Declares model.task (classification, the only choice), model.out_features (default 0: `zero_means`) and the
-// deprecated model.num_classes (no default).
+// deprecated model.num_classes (no default), bound to ClassCountOptions.
 void declare_class_count(config::Schema& schema, const std::string& zero_means);
 
 struct ClassCount {
@@ -26,5 +33,8 @@ ClassCount read_class_count(const config::Config& config);
 
 // The plan row that says model.num_classes is deprecated, where a config used it.
 std::optional<ModelPlanRow> class_count_note(const config::Config& config);
+
+// The classifier's ModelEntry::io: model.out_features as configured (not model.num_classes) and model.task.
+ModelIo class_count_io(const config::Config& config);
 
 }  // namespace bellows::models

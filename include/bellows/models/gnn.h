@@ -38,6 +38,9 @@ struct GnnOptions {
   // Residual prediction: output channel k is x[:, residual_channels[k]] plus the network's output (the
   // forecast predicts the change of the state). Empty: the network predicts the full target state.
   std::vector<std::int64_t> residual_channels;
+  // model.residual: residual_channels from the data (each target channel's input channel of the same name), where a
+  // run builds the model from its keys; the module itself reads residual_channels only.
+  bool residual = true;
   std::vector<double> lat, lon;  // the grid's coordinates in degrees
   MeshOptions mesh;
 };

@@ -18,6 +18,7 @@ struct MlpOptions {
   std::string activation = "gelu";  // gelu | relu | silu | tanh
   std::string norm = "none";        // none | layer | batch
   double dropout = 0.0;
+  std::string task = "regression";  // regression | classification: the task that trains it (not the module's)
 };
 
 class MlpImpl : public torch::nn::Module {

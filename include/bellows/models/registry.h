@@ -4,6 +4,7 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -11,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "bellows/config/schema.h"  // defines: Schema, Config
-#include "bellows/data/dataset.h"   // defines: Dataset, DataFacts
-#include "bellows/models/task.h"    // defines: Task
+#include "bellows/config/schema.h"   // defines: Schema, Config
+#include "bellows/data/dataset.h"    // defines: Dataset, DataFacts
+#include "bellows/models/dropout.h"  // defines: DropoutMasks
+#include "bellows/models/task.h"     // defines: Task
 
 namespace bellows::models {
 
@@ -21,9 +23,22 @@ namespace bellows::models {
 // training dataset, for sample shapes (data::first_sample), and the facts its source knows: class names, the
 // grid's coordinates and channel names (the graph network builds its mesh from them), the text vocabulary.
 // Models never look behind the Dataset interface at concrete source types.
+// Also what the run decides that a model's build or FLOP count needs (app/ fills these from the run's keys).
 struct ModelContext {
   std::shared_ptr<const data::Dataset> train;  // null when the model is built without data
   data::DataFacts facts;                       // may be filled without data (a model rebuilt from a checkpoint)
+  // Samples per loaded batch: data.batch_size, or train.global_batch_size when data.batch_size is auto; 0 unknown.
+  std::int64_t loaded_batch = 0;
+  // The run's dropout_masks (a scripted model's plan row says which masks its routed dropout draws).
+  DropoutMasks dropout_masks = DropoutMasks::kParallel;
+};
+
+// A model's input and output keys, as app/ checks them against the data and prediction inputs (model_setup.h):
+// each is set where the model has the key (model.in_features, model.out_features, model.context_features,
+// model.task), read through the model's own binding.
+struct ModelIo {
+  std::optional<std::int64_t> in_features, out_features, context_features;
+  std::optional<std::string> task;
 };
 
 // Weights a model asks to be loaded right after it is built (a pretrained encoder, seed 004), by tensor name.
@@ -83,6 +98,11 @@ struct ModelEntry {
   // decide it rather than its name (a user's TorchScript file); `convolutional` otherwise. Read through
   // is_convolutional().
   std::function<bool(const config::Config&)> has_convolutions;
+  // Optional: the model's input and output keys (ModelIo) in `config`; none without it.
+  std::function<ModelIo(const config::Config&)> io;
+  // Optional: the batch tensors besides x the model reads when predicting (`bellows predict` takes them from an .npz
+  // input): a TorchScript model's model.predict_inputs when set, else its model.inputs. None without it.
+  std::function<std::vector<std::string>(const config::Config&)> prediction_inputs;
 };
 
 // entry.has_convolutions(config) where the entry has it, else entry.convolutional.

@@ -33,6 +33,7 @@ struct RnnOptions {
   double dropout = 0.0;          // between recurrent layers (not after the last)
   std::string pooling = "last";  // last | mean
   std::int64_t out_features = 1;
+  std::string task = "regression";  // regression | classification: the task that trains it (not the module's)
 };
 
 // Modules: "rnn" (torch::nn::LSTM or GRU, batch-first; PyTorch's parameter names weight_ih_l0, ...) and
@@ -69,13 +70,19 @@ using SequenceForward = std::function<at::Tensor(torch::nn::Module&, const at::T
 // to the model with x. `task`: regression | classification.
 std::shared_ptr<Task> make_sequence_task(SequenceForward forward, const std::string& task);
 
-// The sequence models' head keys: model.out_features, bound to the options' out_features (in a binding with the
-// prefix "model."), and model.task (regression | classification), which is no options field: it picks the task.
+// The sequence models' head keys, bound to the options' fields (in a binding with the prefix "model."):
+// model.out_features and model.task (regression | classification, which picks the task).
 template <class Options>
-void bind_sequence_out_features(config::Binding<Options>& binding) {
+void bind_sequence_head(config::Binding<Options>& binding) {
   binding.key("out_features", &Options::out_features, "outputs (regression: horizon x target columns; classification: classes)").min(1);
+  binding.key("task", &Options::task, "training objective").choices({"regression", "classification"});
 }
-void add_sequence_task_key(config::Schema& schema);
+
+// A sequence model's ModelEntry::io: its in_features, out_features and task.
+template <class Options>
+ModelIo sequence_io(const Options& options) {
+  return ModelIo{options.in_features, options.out_features, std::nullopt, options.task};
+}
 
 // The embedded demo of a sequence model (ModelEntry::demo): synthetic sequences of 16 steps x 8 features -> 1
 // regression target, 2048 samples in batches of 64 (model.in_features is the data's), with `model_block`, the YAML of
@@ -86,11 +93,19 @@ ModelDemo sequence_demo(const std::string& model_block);
 // masked, so padded values never matter). Undefined lengths: all T steps are valid; lengths clamp to [1, T].
 at::Tensor pool_steps(const at::Tensor& h, const at::Tensor& lengths, const std::string& pooling);
 
-// Checks model.in_features, model.out_features and model.task against one sample of the training data
-// (when the context has data): x must be a sequence [T, model.in_features] (data.window.length > 0), and a
-// regression sample's y must hold model.out_features values (horizon x target columns), a classification
-// sample's y one class index. kConfig errors name the key and the data's shapes. Returns the sample's T
-// (0 without data).
-std::int64_t check_sequence_data(const config::Config& config, const ModelContext& context, const std::string& model);
+// The configured model.in_features, model.out_features and model.task, as check_sequence_data takes them.
+struct SequenceHead {
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  std::string task;
+};
+
+// Checks model.in_features, model.out_features and model.task (`head`, as configured in `config`, which says where
+// they were set) against one sample of the training data (when the context has data): x must be a sequence
+// [T, model.in_features] (data.window.length > 0), and a regression sample's y must hold model.out_features values
+// (horizon x target columns), a classification sample's y one class index. kConfig errors name the key and the
+// data's shapes. Returns the sample's T (0 without data).
+std::int64_t check_sequence_data(const config::Config& config, const ModelContext& context, const std::string& model,
+                                 const SequenceHead& head);
 
 }  // namespace bellows::models

@@ -102,6 +102,7 @@ struct TransformerModelOptions {
   std::int64_t out_features = 1;
   std::string pooling = "mean";  // mean (over valid steps) | last (valid step) | cls (a learned token first)
   TransformerEncoderOptions encoder;
+  std::string task = "regression";  // regression | classification: the task that trains it (not the module's)
 };
 
 // Blocks for activation checkpointing: "encoder.layers.0", ... (handed down to the encoder).

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bellows/app/model_setup.h"
+#include "bellows/app/run_settings.h"
 #include "bellows/config/schema.h"
 #include "bellows/data/build.h"
 #include "bellows/data/batch.h"
@@ -79,12 +80,12 @@ inline models::ModelContext context_of(std::shared_ptr<const data::Dataset> trai
 }
 
 // The registered model named by `yaml`'s model.name, built from its model.* keys (validated against the
-// model's schema, defaults filled in) the way `bellows train` builds it.
+// model's schema and the run's own keys, app/run_settings.h, defaults filled in) the way `bellows train` builds it.
 inline models::BuiltModel build_model(const std::string& yaml, std::shared_ptr<const data::Dataset> train = nullptr) {
   config::Config c = config::Config::parse(yaml, "test.yaml");
   const models::ModelEntry& entry = models::find_model(c.node("model.name").as<std::string>());
   config::Schema s;
-  s.add("model.name", config::Type::kString, "model");
+  app::add_run_setting_keys(s);  // model.name among them: app::build_model finds the model by it
   entry.add_keys(s);
   s.validate(c);
   return app::build_model(c, context_of(std::move(train)));  // with the model's weight imports, as a run does

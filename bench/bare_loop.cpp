@@ -109,7 +109,7 @@ double median(std::vector<double> v) {
 // The model as `bellows train` builds it (through the registry, init_weights loaded), on the plan's device, in training
 // mode.
 models::BuiltModel bare_model(const config::Config& c, const plan::Plan& p, const data::DataSplits& splits) {
-  models::BuiltModel built = app::build_model(c, app::model_context(splits));
+  models::BuiltModel built = app::build_model(c, app::model_context(c, splits));
   if (const std::string init = app::run_settings(c).init_weights; !init.empty()) {
     app::import_weights(*built.module, models::WeightImport{init, "", true, "model", "init_weights_strict"});
   }

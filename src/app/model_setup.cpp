@@ -7,6 +7,8 @@
 #include <numeric>
 #include <utility>
 
+#include "bellows/app/data_setup.h"
+#include "bellows/app/trainer_setup.h"
 #include "bellows/app/run_settings.h"  // defines: run_settings
 #include "bellows/ckpt/safetensors.h"
 #include "bellows/train/checkpointing.h"
@@ -17,10 +19,25 @@
 
 namespace bellows::app {
 
-models::ModelContext model_context(const data::DataSplits& splits) { return models::ModelContext{splits.train, splits.facts}; }
+namespace {
+
+// What a model takes of the run's keys besides its own: the samples per loaded batch and the dropout masks.
+models::ModelContext run_context(const config::Config& c, std::shared_ptr<const data::Dataset> train, data::DataFacts facts) {
+  models::ModelContext context{std::move(train), std::move(facts)};
+  const LoaderSettings loader = loader_settings(c);
+  context.loaded_batch = loader.batch_auto ? run_settings(c).global_batch_size : loader.batch_size;
+  context.dropout_masks = dropout_masks_setting(c);
+  return context;
+}
+
+}  // namespace
+
+models::ModelContext model_context(const config::Config& config, const data::DataSplits& splits) {
+  return run_context(config, splits.train, splits.facts);
+}
 
 models::ModelContext model_context_without_data(const config::Config& config) {
-  return models::ModelContext{nullptr, data::facts_without_data(config)};
+  return run_context(config, nullptr, data::facts_without_data(config));
 }
 
 std::vector<std::string> import_weights(torch::nn::Module& model, const models::WeightImport& w) {

@@ -552,7 +552,7 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
   join_the_job(s);
   seed_the_run(s);
   load_the_data(s, o.stream);
-  const models::ModelContext context = model_context(s.run.loaders->splits);
+  const models::ModelContext context = model_context(s.c, s.run.loaders->splits);
   build_the_model(s, context);
   note_the_model_flops(s, context);
   import_the_weights(s);

@@ -96,12 +96,9 @@ std::map<std::string, at::Tensor> read_extra_inputs(const std::string& spec, con
                        fmt::format("add it to the file: np.savez(..., x=..., {}=...)", name));
     wanted.push_back(name);
   }
-  for (const char* key : {"model.predict_inputs", "model.inputs"}) {
-    if (!c.has(key) || config::get_string_list(c, key).empty()) continue;
-    for (const models::ScriptedInput& in : models::parse_scripted_inputs(config::get_string_list(c, key), key)) {
-      if (in.tensor != "x" && in_file(in.tensor) && std::find(wanted.begin(), wanted.end(), in.tensor) == wanted.end()) wanted.push_back(in.tensor);
-    }
-    break;  // predict_inputs, when set, replaces inputs
+  const models::ModelEntry& model = models::find_model(app::run_settings(c).model_name);
+  for (const std::string& name : model.prediction_inputs ? model.prediction_inputs(c) : std::vector<std::string>{}) {
+    if (in_file(name) && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) wanted.push_back(name);
   }
   data::NpyReadOptions read;
   read.mmap = false;

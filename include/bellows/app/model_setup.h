@@ -17,8 +17,9 @@
 
 namespace bellows::app {
 
-// What the training data tells the model (sample shapes, classes, grid, vocabulary).
-models::ModelContext model_context(const data::DataSplits& splits);
+// What the training data tells the model (sample shapes, classes, grid, vocabulary), and what it takes of the run's
+// keys: the samples per loaded batch (data.batch_size, or train.global_batch_size under auto) and the dropout masks.
+models::ModelContext model_context(const config::Config& config, const data::DataSplits& splits);
 // The same without data: the facts the configured source reads from its header (a model rebuilt from a
 // checkpoint's config, e.g. the graph network's grid).
 models::ModelContext model_context_without_data(const config::Config& config);

@@ -19,6 +19,8 @@
 #include <numbers>
 #include <set>
 
+#include "bellows/app/model_setup.h"
+#include "bellows/app/schema.h"
 #include "bellows/data/netcdf_dataset.h"
 #include "bellows/data/subset.h"
 #include "bellows/models/registry.h"
@@ -419,10 +421,7 @@ class GnnRegistry : public ::testing::Test {
 
   // A config as `bellows train` validates it: the model's keys plus the data keys the model reads.
   config::Config config(const std::string& extra) const {
-    config::Schema s;
-    s.add("model.name", config::Type::kString, "model").default_value(YAML::Node("gnn"));
-    find_model("gnn").add_keys(s);
-    data::add_dataset_keys(s);
+    const config::Schema s = app::run_schema("gnn");  // a run's keys: model_context_without_data reads the loader's too
     config::Config c = config::Config::parse(
         fmt::format("model:\n  name: gnn\n  latent_size: 8\n  num_gnn_layers: 1\n  mesh_stride: 2\n{}", extra), "gnn_test.yaml");
     s.validate(c);

@@ -34,6 +34,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 inline std::filesystem::path scratch_dir(const std::string& tag) {
   static int n = 0;
   const auto dir = std::filesystem::path(::testing::TempDir()) / (tag + "_" + std::to_string(getpid()) + "_" + std::to_string(++n));
+  // Fresh: an earlier run's process with the same pid left its files here (a test that expects no checkpoint found one).
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }

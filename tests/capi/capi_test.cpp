@@ -20,6 +20,7 @@
 #include "bellows/data/npy.h"
 #include "bellows/version.h"
 #include "run_cli.h"
+#include "test_paths.h"
 
 namespace {
 

@@ -27,6 +27,7 @@
 #include "bellows/data/image_codec.h"
 #include "bellows/data/npy.h"
 #include "run_cli.h"
+#include "test_paths.h"
 
 // A namespace of its own: the e2e tests are compiled as a unity build, beside other files' helpers.
 namespace bellows::testing::bad_input {
@@ -221,7 +222,7 @@ inline const std::optional<std::string>& unprivileged_prefix() {
     const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups";
     if (denied(without_caps, dir / "locked")) {
       found = without_caps;
-    } else if (std::system((nobody + " '" BELLOWS_CLI_PATH "' --version >/dev/null 2>&1").c_str()) == 0 &&
+    } else if (std::system((nobody + " '" + BELLOWS_CLI_PATH + "' --version >/dev/null 2>&1").c_str()) == 0 &&
                denied(nobody, dir / "locked")) {
       found = nobody;
     }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "bad_input.h"
+#include "test_paths.h"
 
 namespace bellows::testing::bad_input {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "bellows/models/registry.h"
 #include "run_cli.h"
+#include "test_paths.h"
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include "bellows/ckpt/checkpoint.h"
 #include "dist_cli.h"  // defines: dist_write_csv, dist_args, transformer_args, dist_final_weights, dist_records
 #include "run_cli.h"
+#include "test_paths.h"
 
 namespace bellows::testing::dist_cli {
 namespace {

@@ -1,4 +1,4 @@
-// Runs the built `bellows` executable (path compiled in as BELLOWS_CLI_PATH) with its output captured.
+// Runs the built `bellows` executable (its path from test_paths.h: BELLOWS_CLI_PATH) with its output captured.
 // ctest runs tests in parallel processes, so capture files are named after the process and call.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include "test_paths.h"
 
 namespace bellows::testing {
 

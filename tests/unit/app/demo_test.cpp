@@ -9,6 +9,7 @@
 #include "bellows/models/registry.h"
 #include "bellows/models/tasks.h"
 #include "test_util.h"
+#include "test_paths.h"
 
 namespace bellows::app {
 namespace {

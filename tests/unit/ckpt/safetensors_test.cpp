@@ -27,6 +27,7 @@
 #include "file_bytes.h"
 #include "safetensors_fixture.h"  // defines: le64, assemble, SafetensorsTest
 #include "test_util.h"
+#include "test_paths.h"
 
 namespace bellows::ckpt {
 namespace {

@@ -12,10 +12,11 @@
 #include "bellows/config/schema.h"
 #include "bellows/util/error.h"
 #include "test_util.h"
+#include "test_paths.h"
 
 namespace bellows::config::test_support {
 
-inline const std::string kDataDir = BELLOWS_TEST_DATA_DIR "/config";
+inline const std::string kDataDir = BELLOWS_TEST_DATA_DIR + "/config";
 
 // A schema shaped like a training run's, with every type, bound, choice list, alias, common name and a free subtree.
 inline Schema test_schema() {

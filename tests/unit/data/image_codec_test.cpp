@@ -1,5 +1,6 @@
 // PNG/JPEG decoding: round trips, conversions, DCT scaling, corrupt files, decompression bombs.
 #include "image_fixtures.h"
+#include "test_paths.h"
 
 namespace bellows::data {
 namespace image_codec_test {

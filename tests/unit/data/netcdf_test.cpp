@@ -20,6 +20,7 @@
 
 #include "bellows/util/error.h"
 #include "test_util.h"
+#include "test_paths.h"
 
 namespace bellows::data {
 namespace {

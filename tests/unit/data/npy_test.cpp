@@ -19,6 +19,7 @@
 #include "bellows/util/error.h"
 #include "file_bytes.h"
 #include "test_util.h"
+#include "test_paths.h"
 
 namespace bellows::data {
 namespace {

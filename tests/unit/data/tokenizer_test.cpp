@@ -20,6 +20,7 @@
 #include "bellows/util/exception_report.h"
 #include "bellows/util/sanitizers.h"  // defines: kSanitizedBuild
 #include "test_util.h"
+#include "test_paths.h"
 
 C10_DECLARE_bool(caffe2_use_fatal_for_enforce);
 

@@ -3,6 +3,7 @@
 
 #include "bellows/hw/cpu_info.h"
 #include "hw/sysfs.h"
+#include "test_paths.h"
 
 namespace bellows::hw {
 namespace {
@@ -31,7 +32,7 @@ TEST(Sysfs, KeyValuesStopAtFirstBlock) {
   EXPECT_EQ(kv.at("model name"), "X");
 }
 
-const std::filesystem::path kFakeRoot = BELLOWS_TEST_DATA_DIR "/fakeroot";
+const std::filesystem::path kFakeRoot = BELLOWS_TEST_DATA_DIR + "/fakeroot";
 
 TEST(FakeRoot, CpuTopologyCachesAndLimits) {
   const CpuInfo cpu = probe_cpu(kFakeRoot);

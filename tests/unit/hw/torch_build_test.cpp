@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bellows/hw/torch_build.h"
+#include "test_paths.h"
 
 namespace bellows::hw {
 namespace {
@@ -18,7 +19,7 @@ std::string read_text(const std::string& path) {
 }
 
 TEST(TorchConfig, ParsesRecordedShowConfig) {
-  const std::string text = read_text(BELLOWS_TEST_DATA_DIR "/torch_2.13.0_show_config.txt");
+  const std::string text = read_text(BELLOWS_TEST_DATA_DIR + "/torch_2.13.0_show_config.txt");
   ASSERT_FALSE(text.empty());
   const TorchBuildInfo info = parse_torch_config(text);
   EXPECT_EQ(info.version, "2.13.0");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bellows/precision/grad_scaler.h"
+#include "test_paths.h"
 
 namespace bellows::precision {
 namespace {

@@ -15,6 +15,7 @@
 #include "bellows/data/npy.h"
 #include "bellows/models/mlp.h"
 #include "bellows/train/checkpointing.h"
+#include "test_paths.h"
 
 namespace bellows::train {
 namespace {
@@ -50,7 +51,7 @@ TEST(Interop, CheckpointWeightsLoadIntoThePyTorchModuleByName) {
     data::write_npy(dir / "x.npy", x);
     data::write_npy(dir / "y.npy", y);
     std::ofstream(dir / "spec.json") << fmt::format(R"({{"in_features": 8, "hidden": [16, 12], "out_features": 3, "norm": "{}"}})", norm);
-    const std::string command = fmt::format("'{}' '{}/golden/check_pytorch_mlp.py' '{}' '{}' '{}' '{}'", python, BELLOWS_TEST_DATA_DIR "/..",
+    const std::string command = fmt::format("'{}' '{}/golden/check_pytorch_mlp.py' '{}' '{}' '{}' '{}'", python, BELLOWS_TEST_DATA_DIR + "/..",
                                             (saved / "model.safetensors").string(), (dir / "spec.json").string(),
                                             (dir / "x.npy").string(), (dir / "y.npy").string());
     const int status = std::system(command.c_str());

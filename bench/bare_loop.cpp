@@ -212,10 +212,11 @@ int run(const Args& a) {
   config::Config c = app::resolve_config(a.config, a.overrides);
   const plan::Plan p = plan::resolve(app::plan_request(c), hw::HardwareInfo::get());
   plan::apply(p);
-  torch::manual_seed(static_cast<std::uint64_t>(app::run_settings(c).seed));
+  const auto seed = static_cast<std::uint64_t>(app::run_settings(c).seed);
+  torch::manual_seed(seed);
   models::set_dropout_masks(app::dropout_masks_setting(c));
 
-  const data::DataSplits splits = data::build_datasets(c, static_cast<std::uint64_t>(app::run_settings(c).seed));
+  const data::DataSplits splits = data::build_datasets(c, seed);
   models::BuiltModel built = bare_model(c, p, splits);
   const std::int64_t batch_size = app::loaded_batch_size(c);
   const std::vector<data::Batch> batches = collated_batches(*splits.train, batch_size, a.warmup + a.steps, p.device);

@@ -99,13 +99,14 @@ void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* 
                                    c.origin("data.source").str()),
                        "set data.source: stream; the program pushes the samples");
   // The run assembled as `bellows train` assembles one (run_assembly.h), as sessions over pushed samples.
+  const RunSettings run = run_settings(c);
   RunOptions o;
-  const std::string console = run_settings(c).online_console;
+  const std::string& console = run.online_console;
   o.console = console == "none" ? nullptr : console == "stderr" ? stderr : stdout;
   o.sinks = {p.latest};
   o.stop_flag = &stop_;
   o.job = job;
-  o.console_sessions_only = run_settings(c).online_log == "sessions";
+  o.console_sessions_only = run.online_log == "sessions";
   buffer_ = std::make_shared<data::StreamBuffer>(data::stream_buffer_options(c));
   AssembledRun a = assemble_online(c, o);
   p.plan = std::move(a.plan);
@@ -115,7 +116,7 @@ void OnlineTrainer::construct(const config::Config& c, const dist::ProcessInfo* 
   run_dir_ = a.run_dir;
   if (a.resume_from) {
     restore_here(*a.resume_from, /*collective=*/false);  // every rank resumes as it is created
-  } else if (run_settings(c).resume == "auto") {
+  } else if (run.resume == "auto") {
     started_fresh_ = true;  // the C API's status says so (BELLOWS_STARTED_FRESH), besides the log's line
   }
 }

@@ -47,13 +47,14 @@ namespace {
 // rank's.
 plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, Trainer& trainer,
                                  const data::Dataset& train, dist::Strategy& ranks) {
+  const RunSettings run = run_settings(c);
   plan::MicroBatchRequest request;
   request.loaded_batch = std::min(loaded_batch_size(c, ranks.world_size()), train.size());
-  request.memory_budget_gib = run_settings(c).memory_budget_gib;
+  request.memory_budget_gib = run.memory_budget_gib;
   const obs::MemoryStats mem = obs::memory_stats(p.device);
   request.held_bytes = mem.tracked ? mem.current_bytes : 0;
   if (p.device.is_cpu()) request.limit_bytes = obs::cpu_tensor_limit();  // an emulated smaller machine
-  if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(run_settings(c).gpu_memory_limit_mb * 1e6);
+  if (p.device.is_cuda()) request.limit_bytes = static_cast<std::int64_t>(run.gpu_memory_limit_mb * 1e6);
   // Not in a probe step: the optimizer's state (Adam: two tensors per parameter; SGD with momentum: one) and EMA's copy.
   // Under zero1 and zero2 the optimizer holds this rank's share.
   std::int64_t param_bytes = 0, shard_bytes = 0;
@@ -88,9 +89,10 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
 // the first micro-batch reach it through the probe.
 plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
                                    Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
+  const RunSettings run = run_settings(c);
   plan::CheckpointingRequest request;
-  request.patterns = run_settings(c).checkpointing;
-  request.memory_budget_gib = run_settings(c).memory_budget_gib;
+  request.patterns = run.checkpointing;
+  request.memory_budget_gib = run.memory_budget_gib;
   const bool is_auto = request.patterns.size() == 1 && request.patterns[0] == "auto";
   BELLOWS_CHECK_CONFIG(is_auto || std::find(request.patterns.begin(), request.patterns.end(), "auto") == request.patterns.end(),
                        fmt::format("checkpointing: 'auto' must stand alone, got [{}] ({})", fmt::join(request.patterns, ", "),
@@ -112,7 +114,8 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
 // Online training has no data at the start: what a run decides from measured steps on its first batch, it takes from
 // the config as it stands, saying so.
 void plan_without_data(const config::Config& c, torch::nn::Module& model, std::vector<std::string>& notes) {
-  const std::vector<std::string> patterns = run_settings(c).checkpointing;
+  const RunSettings run = run_settings(c);
+  const std::vector<std::string>& patterns = run.checkpointing;
   if (!patterns.empty() && !(patterns.size() == 1 && patterns[0] == "auto")) {
     models::apply_checkpointing(model, patterns);
   } else if (!patterns.empty()) {
@@ -122,7 +125,7 @@ void plan_without_data(const config::Config& c, torch::nn::Module& model, std::v
   if (loader_settings(c).batch_auto) {
     notes.push_back(fmt::format("data.batch_size: auto measures steps on the first batch of a run; online training has no data at the start: "
                                 "each batch of train.global_batch_size ({}) runs whole (out-of-memory recovery still splits it)",
-                                run_settings(c).global_batch_size));
+                                run.global_batch_size));
   }
 }
 
@@ -225,47 +228,6 @@ void resume_run(const config::Config& config_of_run, const fs::path& from, Train
 
 }  // namespace
 
-namespace {
-
-// resume: auto continues the newest run of the name: of <name>, <name>-2, <name>-3, ... (a fresh run is written to the
-// first free one) the directory whose newest valid checkpoint was written last; <name> when none has one.
-fs::path run_to_continue(const fs::path& base) {
-  std::vector<fs::path> runs{base};
-  const std::string prefix = base.filename().string() + "-";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(base.parent_path().empty() ? fs::path(".") : base.parent_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > prefix.size() && name.starts_with(prefix) &&
-        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && entry.is_directory()) {
-      runs.push_back(entry.path());
-    }
-  }
-  if (runs.size() == 1) return base;  // nothing to choose: checkpoint_to_resume verifies its checkpoints once, not twice
-  std::optional<std::pair<fs::file_time_type, fs::path>> newest;
-  for (const fs::path& run : runs) {
-    if (!fs::is_directory(run / "checkpoints", ec)) continue;
-    const std::optional<fs::path> latest = ckpt::find_latest_valid(run / "checkpoints");
-    if (!latest) continue;
-    const fs::file_time_type written = fs::last_write_time(*latest, ec);
-    if (!ec && (!newest || written > newest->first)) newest = {written, run};
-  }
-  return newest ? newest->second : base;
-}
-
-}  // namespace
-
-fs::path make_run_dir(const config::Config& c) {
-  const fs::path base = fs::path(run_settings(c).output_dir) / run_settings(c).name;
-  const std::string resume = run_settings(c).resume;
-  fs::path dir = resume == "auto" ? run_to_continue(base) : base;
-  for (int i = 2; resume.empty() && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
-                         "check output_dir and its permissions");
-  return dir;
-}
-
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& p) {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("machine", fmt::format("{}; {} cores usable; {:.1f} GiB RAM; LibTorch {}", hw.cpu.model_name, hw.cpu.usable_cpus,
@@ -284,8 +246,9 @@ namespace {
 
 // What the stages share while a run is assembled.
 struct Assembly {
-  explicit Assembly(const config::Config& config) : c(config) {}
+  explicit Assembly(const config::Config& config) : c(config), settings(run_settings(config)) {}
   config::Config c;  // the data may fill in the model's input width (take_input_width_from_data)
+  const RunSettings settings;  // the run's own keys, read once (the data changes none of them)
   const hw::HardwareInfo& hw = hw::HardwareInfo::get();
   dist::ProcessInfo process;  // online training: one process, whatever launched the program
   AssembledRun run;
@@ -318,7 +281,7 @@ void resolve_the_plan(Assembly& s) {
 // Dropout's masks and the seed: the same on every rank.
 void seed_the_run(const Assembly& s) {
   models::set_dropout_masks(dropout_masks_setting(s.c));
-  torch::manual_seed(static_cast<std::uint64_t>(run_settings(s.c).seed));
+  torch::manual_seed(static_cast<std::uint64_t>(s.settings.seed));
 }
 
 // The model, and the rows it chose.
@@ -329,10 +292,10 @@ void build_the_model(Assembly& s, const models::ModelContext& context) {
 
 // init_weights: pretrained weights by name (e.g. a frozen encoder, seed 004); a resumed checkpoint overrides them.
 void import_the_weights(Assembly& s) {
-  if (const std::string init = run_settings(s.c).init_weights; !init.empty()) {
+  if (const std::string init = s.settings.init_weights; !init.empty()) {
     config::check_path_exists(s.c, "init_weights", init, ErrorKind::kData,
                               "give a safetensors file of the model's weights (bellows ckpt export writes one)");
-    const models::WeightImport w{init, "", run_settings(s.c).init_weights_strict, "model", "init_weights_strict"};
+    const models::WeightImport w{init, "", s.settings.init_weights_strict, "model", "init_weights_strict"};
     s.notes.push_back(import_note(w, import_weights(*s.run.model.module, w)));
   }
 }
@@ -340,7 +303,7 @@ void import_the_weights(Assembly& s) {
 // The run directory: rank 0 picks it (and alone writes into it); the others learn its name.
 void make_the_run_directory(Assembly& s) {
   dist::Strategy& ranks = *s.run.strategy;
-  s.run.run_dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(s.c).string() : std::string());
+  s.run.run_dir = broadcast_text(ranks, ranks.is_main() ? make_run_dir(s.settings).string() : std::string());
 }
 
 // What measures the run: FLOP counting and the matmul peak (several ranks measuring at once would measure each other:
@@ -349,7 +312,7 @@ void make_the_run_directory(Assembly& s) {
 // the H200) and before the run's probe steps, batch-size trials and steps allocate there.
 void set_up_measurement(Assembly& s) {
   set_flop_options(s.c, s.hw, s.run.plan, /*may_measure=*/s.run.strategy->world_size() == 1, s.t, s.notes);
-  if (const double mb = run_settings(s.c).gpu_memory_limit_mb; mb > 0) {
+  if (const double mb = s.settings.gpu_memory_limit_mb; mb > 0) {
     obs::limit_device_memory(s.run.plan.device, static_cast<std::int64_t>(mb * 1e6));
   }
 }
@@ -395,12 +358,12 @@ void record_the_run(Assembly& s, const RunOptions& o) {
       write_file_atomically(a.run_dir / "categories.json", nlohmann::json(a.loaders->splits.facts.categories).dump(2) + "\n");
     }
   }
-  trainer.set_run_info(run_settings(s.c).name, a.run_dir.string());
+  trainer.set_run_info(s.settings.name, a.run_dir.string());
   trainer.set_header(header_rows(s.hw, a.plan));
   if (main) {
     const obs::SinkContext where{a.run_dir, o.console, o.tty, o.console_sessions_only};
     for (const obs::SinkEntry& entry : obs::sink_entries()) {  // the registered sinks the config turns on
-      if (!run_settings(s.c).sink_on(entry.key)) continue;
+      if (!s.settings.sink_on(entry.key)) continue;
       if (std::shared_ptr<obs::Sink> sink = entry.make(where)) trainer.add_sink(std::move(sink));
     }
     for (const auto& sink : o.sinks) trainer.add_sink(sink);
@@ -417,7 +380,7 @@ void join_the_job(Assembly& s) {
   s.run.strategy = s.strategy.strategy;
   s.strategy_row_at = s.run.plan.entries.size();  // after the plan's rows; written once the trainer is built
   obs::install_cpu_tracking();  // tensor memory on the CPU is counted from here on (obs/memory.h)
-  s.run.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(run_settings(s.c).cpu_tensor_limit_mb * 1e6));
+  s.run.cpu_limit = std::make_unique<obs::CpuTensorLimit>(static_cast<std::int64_t>(s.settings.cpu_tensor_limit_mb * 1e6));
 }
 
 // Datasets, samplers, prefetching loaders on the planned device, and what the data decided.
@@ -431,8 +394,8 @@ void load_the_data(Assembly& s, const std::shared_ptr<data::StreamBuffer>& strea
 
 // log.flops: the model's analytic FLOPs, where its entry counts them.
 void note_the_model_flops(Assembly& s, const models::ModelContext& context) {
-  const auto& entry = models::find_model(run_settings(s.c).model_name);
-  if (!entry.forward_flops || !run_settings(s.c).log_flops) return;
+  const auto& entry = models::find_model(s.settings.model_name);
+  if (!entry.forward_flops || !s.settings.log_flops) return;
   if (const std::optional<double> f = entry.forward_flops(s.c, context)) {
     s.notes.push_back(fmt::format("model FLOPs, analytic per layer (models/flops.h): {:.4g} GFLOP per sample forward, about {:.4g} "
                                   "for a training step (3x){}", *f / 1e9, 3 * *f / 1e9,
@@ -481,7 +444,7 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
 // (RunOptions::job): they meet here as a run's processes do (within dist.timeout_s; ranks whose configs differ stop).
 // dist.strategy: auto joins as a run's would; online training has no data at the start to probe, so it stays there.
 void join_the_program_job(Assembly& s, const RunOptions& o) {
-  const std::string name = run_settings(s.c).strategy;
+  const std::string name = s.settings.strategy;
   // A job of one rank trains alone unless a strategy of several processes is asked for by name (a process group of
   // one, as `bellows launch -n 1`: the GPU check's NCCL path on one GPU).
   const bool joins = o.job != nullptr && (o.job->world_size > 1 || (name != "auto" && dist::find_strategy(name).several_processes));
@@ -538,7 +501,7 @@ void trainer_options_of_sessions(Assembly& s, const RunOptions& o) {
     t.checkpoint.at_end = false;
   }
   t.checkpoint.on_stop = false;  // a stop is the program leaving (destroy): no checkpoint it did not ask for
-  if (run_settings(s.c).compile == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
+  if (s.settings.compile == "cuda_graph") {  // asked for by name (auto, the default, just runs eagerly here)
     s.notes.push_back(fmt::format("compile: cuda_graph: steps run eagerly: {}", train::step_graph_unfit({.cuda = true, .sessions = true})));
   }
 }
@@ -570,7 +533,7 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
   // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
   Trainer& trainer = *s.run.trainer;
   if (const auto from = checkpoint_to_resume(s.c, s.run.run_dir, trainer, "starting from the beginning")) {
-    resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), run_settings(s.c).checkpoint_strict, micro_batch,
+    resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), s.settings.checkpoint_strict, micro_batch,
                planned_split);
   }
   return std::move(s.run);

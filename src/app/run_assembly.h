@@ -46,12 +46,6 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& option
 // stop, and the resume left to the caller (resume_from; its restore is also the program's call).
 AssembledRun assemble_online(const config::Config& config, const RunOptions& options);
 
-// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
-// resume: auto continues the newest run of the name (of <name> and <name>-N, the one whose newest valid checkpoint was
-// written last; <name> when none has one); resume: PATH continues in <output_dir>/<name>. kResource error when it
-// cannot be made.
-std::filesystem::path make_run_dir(const config::Config& config);
-
 // The console header: the machine, the GPUs and every plan row with its reason.
 std::vector<std::pair<std::string, std::string>> header_rows(const hw::HardwareInfo& hw, const plan::Plan& plan);
 

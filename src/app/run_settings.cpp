@@ -1,13 +1,19 @@
-// The run's own keys bound to RunSettings; see run_settings.h.
+// The run's own keys bound to RunSettings, and the run directory they name; see run_settings.h.
 #include "bellows/app/run_settings.h"
 
+#include <fmt/format.h>
+
+#include <optional>
 #include <utility>
 
+#include "bellows/ckpt/checkpoint.h"  // defines: find_latest_valid
 #include "bellows/config/binding.h"  // defines: Binding, bound
 #include "bellows/dist/registry.h"
 #include "bellows/obs/sink_registry.h"
+#include "bellows/util/check.h"
 
 namespace bellows::app {
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -94,5 +100,46 @@ bool RunSettings::sink_on(const std::string& key) const {
 void add_run_setting_keys(config::Schema& schema) { run_settings_binding().declare(schema); }
 
 RunSettings run_settings(const config::Config& config) { return run_settings_binding().read(config); }
+
+namespace {
+
+// resume: auto continues the newest run of the name: of <name>, <name>-2, <name>-3, ... (a fresh run is written to the
+// first free one) the directory whose newest valid checkpoint was written last; <name> when none has one.
+fs::path run_to_continue(const fs::path& base) {
+  std::vector<fs::path> runs{base};
+  const std::string prefix = base.filename().string() + "-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base.parent_path().empty() ? fs::path(".") : base.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > prefix.size() && name.starts_with(prefix) &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && entry.is_directory()) {
+      runs.push_back(entry.path());
+    }
+  }
+  if (runs.size() == 1) return base;  // nothing to choose: checkpoint_to_resume verifies its checkpoints once, not twice
+  std::optional<std::pair<fs::file_time_type, fs::path>> newest;
+  for (const fs::path& run : runs) {
+    if (!fs::is_directory(run / "checkpoints", ec)) continue;
+    const std::optional<fs::path> latest = ckpt::find_latest_valid(run / "checkpoints");
+    if (!latest) continue;
+    const fs::file_time_type written = fs::last_write_time(*latest, ec);
+    if (!ec && (!newest || written > newest->first)) newest = {written, run};
+  }
+  return newest ? newest->second : base;
+}
+
+}  // namespace
+
+fs::path make_run_dir(const RunSettings& run) {
+  const fs::path base = fs::path(run.output_dir) / run.name;
+  const std::string& resume = run.resume;
+  fs::path dir = resume == "auto" ? run_to_continue(base) : base;
+  for (int i = 2; resume.empty() && fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  BELLOWS_CHECK_RESOURCE(!ec, fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()),
+                         "check output_dir and its permissions");
+  return dir;
+}
 
 }  // namespace bellows::app

@@ -229,11 +229,11 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
     o.compile = train::Compile::kOff;
     return {"compile", "off", "steps run eagerly (compile: auto or cuda_graph captures whole steps as CUDA graphs)"};
   }
-  const train::TrainerOptions configured = trainer_settings(c);  // train.oom_recovery as written: auto, true or false
-  const std::string recovery = configured.oom_recovery_with_ranks ? "true" : configured.oom_recovery ? "auto" : "false";
+  // train.oom_recovery as the binding stored it (nothing before this changes it): true sets both flags, auto the first.
+  const bool recovery_asked = o.oom_recovery_with_ranks, recovery_auto = o.oom_recovery && !o.oom_recovery_with_ranks;
   const std::vector<std::string>& checkpointing = run.checkpointing;
   train::StepGraphConditions g = train::step_graph_conditions(o, world_size);
-  g.oom_recovery = recovery == "true";  // auto is turned off below when the steps are captured
+  g.oom_recovery = recovery_asked;  // auto is turned off below when the steps are captured
   g.activation_checkpointing = !checkpointing.empty() && !(checkpointing.size() == 1 && checkpointing[0] == "auto");
   const std::string why = train::step_graph_unfit(g);
   if (!why.empty()) {
@@ -241,8 +241,8 @@ plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& 
     o.compile = asked == "cuda_graph" ? train::Compile::kCudaGraph : train::Compile::kOff;
     return {"compile", "off", fmt::format("{}: {}", asked == "auto" ? "auto" : "cuda_graph cannot be used", why)};
   }
-  if (recovery == "auto") o.oom_recovery = false;
-  const std::string recovery_off = recovery == "auto" ? "; out-of-memory recovery off (a captured step's memory is fixed)" : "";
+  if (recovery_auto) o.oom_recovery = false;
+  const std::string recovery_off = recovery_auto ? "; out-of-memory recovery off (a captured step's memory is fixed)" : "";
   if (asked == "auto") {
     o.compile = train::Compile::kAuto;
     return {"compile", "auto",

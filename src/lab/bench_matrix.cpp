@@ -92,11 +92,12 @@ void add_layout_and_optimizer_rows(std::vector<MatrixRow>& rows, const config::C
 
 // Accumulation: the same samples per optimizer step in twice as many micro-batches.
 void add_accumulation_row(std::vector<MatrixRow>& rows, const config::Config& c) {
-  if (app::loader_settings(c).batch_auto) {
+  const app::LoaderSettings loader = app::loader_settings(c);
+  if (loader.batch_auto) {
     add_matrix_row(rows, "accumulation", "accumulation x2", {}, "accumulation: same samples per step, smaller micro-batches", "not measured: data.batch_size is auto (the finder chooses the split)");
     return;
   }
-  const std::int64_t b = app::loader_settings(c).batch_size, a = app::trainer_settings(c).accumulation_steps;
+  const std::int64_t b = loader.batch_size, a = app::trainer_settings(c).accumulation_steps;
   if (b >= 2 && b % 2 == 0) {
     add_matrix_row(rows, "accumulation", fmt::format("data.batch_size={} train.accumulation_steps={}", b / 2, 2 * a),
                    {fmt::format("data.batch_size={}", b / 2), fmt::format("train.accumulation_steps={}", 2 * a)}, "accumulation: same samples per step, smaller micro-batches");

@@ -1,5 +1,4 @@
 // K-fold cross-validation; see cv.h.
-#include "bellows/app/run_settings.h"
 #include "bellows/lab/cv.h"
 
 #include <fmt/format.h>
@@ -24,7 +23,8 @@ namespace {
 
 // A fresh directory for the folds: <output_dir>/<name>, or <name>-2, -3, ... when that one holds something.
 fs::path make_cv_dir(const config::Config& c) {
-  const fs::path base = fs::path(app::run_settings(c).output_dir) / app::run_settings(c).name;
+  const app::RunSettings run = app::run_settings(c);
+  const fs::path base = fs::path(run.output_dir) / run.name;
   fs::path dir = base;
   for (int i = 2; fs::exists(dir) && !fs::is_empty(dir); ++i) dir = base.string() + "-" + std::to_string(i);
   std::error_code ec;
@@ -46,14 +46,15 @@ Assignment assign(const config::Config& c, std::int64_t k) {
   const config::Origin origin = config::Origin::noted("bellows cv");
   first.set("data.cv.folds", YAML::Node(k), origin);
   first.set("data.cv.fold", YAML::Node(0), origin);
+  const auto seed = static_cast<std::uint64_t>(app::run_settings(c).seed);
   // A kConfig error here when k > samples.
-  const data::DataSplits splits = data::build_datasets(first, static_cast<std::uint64_t>(app::run_settings(c).seed));
+  const data::DataSplits splits = data::build_datasets(first, seed);
   const auto* subset = dynamic_cast<const data::SubsetDataset*>(splits.val.get());
   BELLOWS_CHECK(subset != nullptr, "the cross-validation split is not a subset of the data", "report this bug");
   const data::Dataset& all = subset->base();
   const at::Tensor labels = all.class_labels();
   Assignment a;
-  a.folds = data::assign_folds(all.size(), k, static_cast<std::uint64_t>(app::run_settings(c).seed), labels);
+  a.folds = data::assign_folds(all.size(), k, seed, labels);
   a.stratified = labels.defined();
   a.dataset = all.name();
   return a;
@@ -105,7 +106,8 @@ MetricSummary summarize_metric(std::string name, std::vector<double> values) {
 
 CvSummary cross_validate(const config::Config& c, std::int64_t k, const app::RunOptions& options) {
   BELLOWS_CHECK_USAGE(k >= 2, fmt::format("--folds {}: cross-validation needs at least 2 folds", k), "use --folds 5 (the usual)");
-  BELLOWS_CHECK_CONFIG(app::run_settings(c).resume.empty(),
+  const app::RunSettings settings = app::run_settings(c);
+  BELLOWS_CHECK_CONFIG(settings.resume.empty(),
                        fmt::format("resume is set ({}); cross-validation trains every fold from the start", c.origin("resume").str()),
                        "drop resume");
   BELLOWS_CHECK_CONFIG(data::data_options(c).val_path.empty(),
@@ -119,7 +121,7 @@ CvSummary cross_validate(const config::Config& c, std::int64_t k, const app::Run
   summary.stratified = assignment.stratified;
   summary.dataset = assignment.dataset;
   summary.dir = make_cv_dir(c);
-  const std::string model = app::run_settings(c).model_name;
+  const std::string& model = settings.model_name;
   const config::Origin origin = config::Origin::noted("bellows cv");
 
   for (std::int64_t fold = 0; fold < k; ++fold) {

@@ -176,15 +176,16 @@ void add_precision_dimension(TuneSpace& space, const config::Config& c, const pl
 
 // micro-batch x accumulation, the samples per optimizer step kept; only with plan.allow: [batch_size].
 void add_micro_batch_dimension(TuneSpace& space, const config::Config& c, bool allowed) {
+  const app::LoaderSettings loader = app::loader_settings(c);
   if (!allowed) {
     space.notes.push_back("micro_batch: not searched (a different micro-batch changes the numerics: rounding, batch statistics; "
                           "plan.allow: [batch_size] lets the tuner choose)");
-  } else if (app::loader_settings(c).batch_auto) {
+  } else if (loader.batch_auto) {
     space.notes.push_back("micro_batch: not searched (data.batch_size: auto: the batch-size finder measures it in the run)");
   } else if (const std::string k = first_on_command_line(c, {"data.batch_size", "train.accumulation_steps"}); !k.empty()) {
     space.notes.push_back(fmt::format("micro_batch: not searched ({} is set on the command line)", k));
   } else {
-    const std::int64_t b = app::loader_settings(c).batch_size, a = app::trainer_settings(c).accumulation_steps;
+    const std::int64_t b = loader.batch_size, a = app::trainer_settings(c).accumulation_steps;
     TuneDimension d{"micro_batch", {{fmt::format("{} x {} (configured)", b, a), {}}}, true};
     auto add = [&](std::int64_t mb, std::int64_t acc) {
       d.values.push_back({fmt::format("batch {} x accumulation {}", mb, acc), {fmt::format("data.batch_size={}", mb), fmt::format("train.accumulation_steps={}", acc)}});
@@ -213,12 +214,13 @@ void add_convolution_dimensions(TuneSpace& space, const config::Config& c, const
 
 // activation checkpointing: only where memory can be what limits the run
 void add_checkpointing_dimension(TuneSpace& space, const config::Config& c, const plan::Plan& p) {
-  if (p.device.is_cpu() && app::run_settings(c).memory_budget_gib <= 0) {
+  const app::RunSettings run = app::run_settings(c);
+  if (p.device.is_cpu() && run.memory_budget_gib <= 0) {
     space.notes.push_back("checkpointing: not searched (it trades time for memory; on the CPU without memory_budget_gib the memory is not the limit)");
   } else if (app::on_command_line(c, "checkpointing")) {
     space.notes.push_back("checkpointing: not searched (set on the command line)");
   } else {
-    const bool none = app::run_settings(c).checkpointing.empty();
+    const bool none = run.checkpointing.empty();
     space.dimensions.push_back({"checkpointing", {{none ? "no checkpointing (configured)" : "checkpointing as configured", {}},
                                                   {none ? "checkpointing=[*]" : "checkpointing=[]", {none ? "checkpointing=['*']" : "checkpointing=[]"}}}, false});
   }
@@ -248,7 +250,8 @@ std::size_t TuneSpace::grid_size() const {
 
 TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   TuneSpace space;
-  const std::vector<std::string> allow = app::run_settings(c).plan_allow;
+  const app::RunSettings run = app::run_settings(c);
+  const std::vector<std::string>& allow = run.plan_allow;
   for (const auto& a : allow) {
     BELLOWS_CHECK_CONFIG(std::find(kAllowable.begin(), kAllowable.end(), a) != kAllowable.end(),
                          fmt::format("plan.allow: '{}' is not a setting the tuner may change ({})", a, c.origin("plan.allow").str()),
@@ -256,7 +259,7 @@ TuneSpace tune_space(const config::Config& c, const hw::HardwareInfo& hw) {
   }
   auto allowed = [&](const std::string& what) { return std::find(allow.begin(), allow.end(), what) != allow.end(); };
   const plan::Plan p = plan::resolve(app::plan_request(c), hw);
-  const models::ModelEntry& model = models::find_model(app::run_settings(c).model_name);
+  const models::ModelEntry& model = models::find_model(run.model_name);
   const bool convolutional = models::is_convolutional(model, c);
   add_precision_dimension(space, c, p, hw, allowed("precision"));
   add_micro_batch_dimension(space, c, allowed("batch_size"));
@@ -271,14 +274,15 @@ namespace tune_impl {
 
 // The report's header: the config, the machine, the budget and what is not searched.
 TuneReport begin_tune_report(const config::Config& c, const TuneOptions& options, const hw::HardwareInfo& hw, const TuneSpace& space) {
+  const app::RunSettings run = app::run_settings(c);
   TuneReport plan;
-  plan.config_name = app::run_settings(c).name;
+  plan.config_name = run.name;
   plan.config_key = app::tune_config_key(c);
   plan.machine = app::machine_line(hw);
   plan.machine_key = app::tune_machine_key(hw);
   plan.mode = options.grid ? "grid" : "tune";
   plan.budget_s = options.budget_s;
-  plan.allow = app::run_settings(c).plan_allow;
+  plan.allow = run.plan_allow;
   plan.notes = space.notes;
   return plan;
 }

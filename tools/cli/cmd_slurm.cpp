@@ -38,8 +38,9 @@ Action register_slurm(CLI::App& app) {
     o->config = args.front();
     o->overrides.assign(args.begin() + 1, args.end());
     const config::Config c = app::resolve_config(o->config, o->overrides);  // fails now, not in the queue
-    o->job_name = app::run_settings(c).name;
-    o->output_dir = app::run_settings(c).output_dir;
+    const app::RunSettings run = app::run_settings(c);
+    o->job_name = run.name;
+    o->output_dir = run.output_dir;
     if (o->bellows == "bellows") o->bellows = self_executable();
     const std::string script = lab::slurm_script(*o);
     // SLURM opens --output before the script runs: the run directory must exist at submission.

@@ -1,11 +1,12 @@
 // The run's own keys: those no module below app/ owns (its name and outputs, the seed, the weights it starts from,
 // resume, the memory it may use, the strategy's name, compile, the sinks' switches, online training's console, the
-// model's name), each bound once to a field (config/binding.h) and read through RunSettings. The keys of the modules'
-// options are bound beside those options (trainer_setup.h, data_setup.h, run.h's plan keys, models/, data/sources/,
-// dist/strategies/).
+// model's name), each bound once to a field (config/binding.h) and read through RunSettings; and the run directory
+// they name (make_run_dir). The keys of the modules' options are bound beside those options (trainer_setup.h,
+// data_setup.h, run.h's plan keys, models/, data/sources/, dist/strategies/).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,5 +55,11 @@ void add_run_setting_keys(config::Schema& schema);
 
 // RunSettings of a validated config.
 RunSettings run_settings(const config::Config& config);
+
+// A fresh directory for the run: <output_dir>/<name>, or <name>-2, -3, ... when that one holds a run.
+// resume: auto continues the newest run of the name (of <name> and <name>-N, the one whose newest valid checkpoint was
+// written last; <name> when none has one); resume: PATH continues in <output_dir>/<name>. kResource error when it
+// cannot be made.
+std::filesystem::path make_run_dir(const RunSettings& run);
 
 }  // namespace bellows::app

@@ -3,7 +3,7 @@
 //
 // Tests write scratch files under ::testing::TempDir() or std::filesystem::temp_directory_path(), and the programs
 // they start (bellows itself, launched ranks) write under TMPDIR. Removing each test's files in each test would take a
-// guard in some 200 places; without one, every run of the suite left about 225 directories (some 50 MB) in /tmp. Here
+// guard at some 100 call sites; without one, a run of the README's test command left about 290 entries in /tmp. Here
 // TMPDIR and TEST_TMPDIR (which GoogleTest's TempDir() reads first) name a fresh directory under the one they named
 // before (/tmp by default); the programs started inherit it. When a test failed the directory is kept, and its path
 // printed, for a look at what the test left; BELLOWS_KEEP_TEST_FILES=1 keeps it always.

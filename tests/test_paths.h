@@ -1,8 +1,7 @@
 // Paths the test programs need (the test data, the golden files, the sources, the bellows executable), read at run
 // time from bellows_test_paths.txt, which the build writes beside the test executables (tests/CMakeLists.txt).
 // Compiled in as -D definitions, these absolute paths differed between clones, and a compile line that differs
-// cannot be served by ccache to a fresh clone at another path. (Test objects still miss there: README.md, "Build
-// times", says what is left.)
+// cannot be served by ccache to a fresh clone at another path (README.md, "Build times", says what else it took).
 #pragma once
 
 #include <unistd.h>

@@ -525,7 +525,7 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
   set_up_measurement(s);
   choose_the_strategy(s);
   settle_the_checkpoint_layout(s);
-  s.run.plan.entries.push_back(resolve_compile(s.c, s.t, s.run.strategy->world_size()));
+  s.run.plan.entries.push_back(resolve_compile(s.settings, s.t, s.run.strategy->world_size()));
   build_the_trainer(s);
   const std::optional<plan::PlanEntry> micro_batch = plan_on_measured_steps(s);
   const std::int64_t planned_split = s.run.trainer->micro_split();

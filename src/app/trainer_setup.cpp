@@ -222,8 +222,7 @@ plan::PlanEntry length_entry(const train::TrainerOptions& o, std::int64_t batche
                       o.max_steps > 0 ? fmt::format(" before train.max_steps {} would", o.max_steps) : std::string(), per_epoch)};
 }
 
-plan::PlanEntry resolve_compile(const config::Config& c, train::TrainerOptions& o, std::int64_t world_size) {
-  const RunSettings run = run_settings(c);
+plan::PlanEntry resolve_compile(const RunSettings& run, train::TrainerOptions& o, std::int64_t world_size) {
   const std::string& asked = run.compile;
   if (asked == "off") {
     o.compile = train::Compile::kOff;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "bellows/app/run_settings.h"  // defines: RunSettings
 #include "bellows/config/config.h"    // defines: Config
 #include "bellows/config/schema.h"    // defines: Schema
 #include "bellows/dist/registry.h"    // defines: StrategyEntry
@@ -32,7 +33,7 @@ plan::PlanEntry length_entry(const train::TrainerOptions& options, std::int64_t 
 // out-of-memory recovery off under a graph unless train.oom_recovery is true (a captured step's memory is fixed).
 // Returns the plan row. What only the trainer knows (the batch-size finder's micro-batches, the checkpointed blocks,
 // the optimizer's fused kernels) it checks again at fit(), falling back with a message.
-plan::PlanEntry resolve_compile(const config::Config& config, train::TrainerOptions& o, std::int64_t world_size);
+plan::PlanEntry resolve_compile(const RunSettings& run, train::TrainerOptions& o, std::int64_t world_size);
 
 // The trainer's keys as the config writes them, without the plan's device, precision, channels_last and pinning and
 // without trainer_options' rule for train.max_steps (accumulation_steps, ema, oom_recovery, optimizer, ...).

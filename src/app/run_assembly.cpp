@@ -45,9 +45,8 @@ namespace {
 // `data.batch_size: auto` -- the finder decides (plan/batch_size.h) from measured steps on the first samples; the
 // loaded batch (train.global_batch_size / ranks) then runs as that many micro-batches. Rank 0's choice is every
 // rank's.
-plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, Trainer& trainer,
+plan::PlanEntry plan_micro_batch(const config::Config& c, const RunSettings& run, const hw::HardwareInfo& hw, const plan::Plan& p, Trainer& trainer,
                                  const data::Dataset& train, dist::Strategy& ranks) {
-  const RunSettings run = run_settings(c);
   plan::MicroBatchRequest request;
   request.loaded_batch = std::min(loaded_batch_size(c, ranks.world_size()), train.size());
   request.memory_budget_gib = run.memory_budget_gib;
@@ -87,9 +86,8 @@ plan::PlanEntry plan_micro_batch(const config::Config& c, const hw::HardwareInfo
 
 // `checkpointing:` -- the plan decides (plan/checkpointing.h); the model's blocks and a measured training step on
 // the first micro-batch reach it through the probe.
-plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
+plan::PlanEntry plan_checkpointing(const config::Config& c, const RunSettings& run, const hw::HardwareInfo& hw, const plan::Plan& p, torch::nn::Module& model,
                                    Trainer& trainer, const data::Dataset& train, std::int64_t micro_batch) {
-  const RunSettings run = run_settings(c);
   plan::CheckpointingRequest request;
   request.patterns = run.checkpointing;
   request.memory_budget_gib = run.memory_budget_gib;
@@ -113,8 +111,7 @@ plan::PlanEntry plan_checkpointing(const config::Config& c, const hw::HardwareIn
 
 // Online training has no data at the start: what a run decides from measured steps on its first batch, it takes from
 // the config as it stands, saying so.
-void plan_without_data(const config::Config& c, torch::nn::Module& model, std::vector<std::string>& notes) {
-  const RunSettings run = run_settings(c);
+void plan_without_data(const config::Config& c, const RunSettings& run, torch::nn::Module& model, std::vector<std::string>& notes) {
   const std::vector<std::string>& patterns = run.checkpointing;
   if (!patterns.empty() && !(patterns.size() == 1 && patterns[0] == "auto")) {
     models::apply_checkpointing(model, patterns);
@@ -132,9 +129,9 @@ void plan_without_data(const config::Config& c, torch::nn::Module& model, std::v
 // log.flops: FLOP counting on, and the matmul peak of the plan's precision and device from the cached measured
 // peaks (hw/peaks.h; measured now when none are cached and `may_measure`), into the trainer options; a line for
 // the run's messages when peaks were measured or MFU cannot be reported.
-void set_flop_options(const config::Config& c, const hw::HardwareInfo& hw, const plan::Plan& p, bool may_measure,
+void set_flop_options(const RunSettings& run, const hw::HardwareInfo& hw, const plan::Plan& p, bool may_measure,
                       train::TrainerOptions& o, std::vector<std::string>& notes) {
-  o.count_flops = run_settings(c).log_flops;
+  o.count_flops = run.log_flops;
   if (!o.count_flops) return;
   const hw::CachedPeaks peaks = hw::cached_peaks(hw, may_measure);
   if (peaks.measured_now) {
@@ -175,8 +172,9 @@ void trial_steps_of_the_model(const config::Config& c, AssembledRun& a, int worl
   a.plan.revise({"precision", precision, reason});
 }
 
-std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const fs::path& dir, Trainer& trainer, const std::string& otherwise) {
-  const std::string resume = run_settings(c).resume;
+std::optional<fs::path> checkpoint_to_resume(const config::Config& c, const RunSettings& run, const fs::path& dir, Trainer& trainer,
+                                             const std::string& otherwise) {
+  const std::string& resume = run.resume;
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") {
     config::check_path_exists(c, "resume", resume, ErrorKind::kData,
@@ -311,7 +309,7 @@ void make_the_run_directory(Assembly& s) {
 // (their 256 MiB operands are the machine's measurement, not the run's; measured under a small limit they failed on
 // the H200) and before the run's probe steps, batch-size trials and steps allocate there.
 void set_up_measurement(Assembly& s) {
-  set_flop_options(s.c, s.hw, s.run.plan, /*may_measure=*/s.run.strategy->world_size() == 1, s.t, s.notes);
+  set_flop_options(s.settings, s.hw, s.run.plan, /*may_measure=*/s.run.strategy->world_size() == 1, s.t, s.notes);
   if (const double mb = s.settings.gpu_memory_limit_mb; mb > 0) {
     obs::limit_device_memory(s.run.plan.device, static_cast<std::int64_t>(mb * 1e6));
   }
@@ -429,10 +427,10 @@ std::optional<plan::PlanEntry> plan_on_measured_steps(Assembly& s) {
   dist::Strategy& ranks = *a.strategy;
   const data::Dataset& first = *a.loaders->splits.train;
   std::optional<plan::PlanEntry> micro_batch;
-  if (loader_settings(s.c).batch_auto) micro_batch = plan_micro_batch(s.c, s.hw, a.plan, trainer, first, ranks);
+  if (loader_settings(s.c).batch_auto) micro_batch = plan_micro_batch(s.c, s.settings, s.hw, a.plan, trainer, first, ranks);
   const std::int64_t split = trainer.micro_split();
   const std::int64_t micro_samples = (loaded_batch_size(s.c, ranks.world_size()) + split - 1) / split;
-  const plan::PlanEntry checkpointing = plan_checkpointing(s.c, s.hw, a.plan, *a.model.module, trainer, first, micro_samples);
+  const plan::PlanEntry checkpointing = plan_checkpointing(s.c, s.settings, s.hw, a.plan, *a.model.module, trainer, first, micro_samples);
   if (micro_batch) a.plan.entries.push_back(*micro_batch);
   a.plan.entries.push_back(checkpointing);
   return micro_batch;
@@ -532,7 +530,7 @@ AssembledRun assemble_run(const config::Config& config, const RunOptions& o) {
   record_the_run(s, o);
   // --- resume: the newest valid checkpoint of this run (auto) or the one named ---
   Trainer& trainer = *s.run.trainer;
-  if (const auto from = checkpoint_to_resume(s.c, s.run.run_dir, trainer, "starting from the beginning")) {
+  if (const auto from = checkpoint_to_resume(s.c, s.settings, s.run.run_dir, trainer, "starting from the beginning")) {
     resume_run(s.c, *from, trainer, *s.run.loaders->train, s.run.strategy->world_size(), s.settings.checkpoint_strict, micro_batch,
                planned_split);
   }
@@ -547,7 +545,7 @@ AssembledRun assemble_online(const config::Config& config, const RunOptions& o) 
   seed_the_run(s);
   build_the_model(s, model_context_without_data(s.c));
   import_the_weights(s);
-  plan_without_data(s.c, *s.run.model.module, s.notes);
+  plan_without_data(s.c, s.settings, *s.run.model.module, s.notes);
   make_the_run_directory(s);
   trainer_options_of_sessions(s, o);
   set_up_measurement(s);
@@ -555,7 +553,7 @@ AssembledRun assemble_online(const config::Config& config, const RunOptions& o) 
   build_the_trainer(s);
   check_whole_model_between_steps(s);
   record_the_run(s, o);
-  s.run.resume_from = checkpoint_to_resume(s.c, s.run.run_dir, *s.run.trainer, "starting untrained");  // restored by the caller
+  s.run.resume_from = checkpoint_to_resume(s.c, s.settings, s.run.run_dir, *s.run.trainer, "starting untrained");  // restored by the caller
   return std::move(s.run);
 }
 

@@ -234,7 +234,16 @@ CpuInfo probe_cpu(const fs::path& root) {
   cpu.cgroup_cpu_limit = cgroup_cpu_limit(root);
   cpu.numa_nodes = count_numa_nodes(root);
   cpu.isa = probe_isa();
+  cpu.onednn_cap = onednn_isa_cap();
   return cpu;
+}
+
+IsaFeatures kernel_isa(const CpuInfo& cpu) {
+  IsaFeatures isa = cpu.isa;
+  if (cpu.onednn_cap && !cpu.onednn_cap->avx512_bf16) isa.avx512_bf16 = false;
+  if (cpu.onednn_cap && !cpu.onednn_cap->avx512_fp16) isa.avx512_fp16 = false;
+  if (cpu.onednn_cap && !cpu.onednn_cap->amx) isa.amx_tile = isa.amx_bf16 = isa.amx_int8 = false;
+  return isa;
 }
 
 MemoryInfo probe_memory(const fs::path& root) {

@@ -152,12 +152,13 @@ std::vector<PeakMeasurement> measure_peaks(const HardwareInfo& info, const Measu
   const std::string threads = fmt::format(", {} intra-op thread(s)", at::get_num_threads());
   const at::Device cpu(at::kCPU);
   peaks.push_back(measure_matmul(cpu, at::kFloat, no_sync, opt, "", threads));
-  if (info.cpu.isa.avx512_bf16 || info.cpu.isa.amx_bf16) {
+  const precision::DeviceFacts facts = device_facts(info.cpu);  // the CPU's bf16 units as oneDNN may use them here
+  if (facts.bf16) {
     peaks.push_back(measure_matmul(cpu, at::kBFloat16, no_sync, opt, "", threads));
   } else {
     peaks.push_back(unsupported("matmul_bf16", cpu, "GFLOP/s",
-                                "this CPU has neither AVX512_BF16 nor AMX-BF16, so bf16 products run on a software path (about "
-                                "100x slower than fp32 here), which is no ceiling"));
+                                facts.no_bf16_why + ", so bf16 products run on a software path (about 100x slower than fp32 "
+                                "here), which is no ceiling"));
   }
   peaks.push_back(measure_copy(cpu, no_sync, opt));
 
@@ -191,6 +192,8 @@ std::filesystem::path peaks_cache_file(const HardwareInfo& info) {
   key = fnv1a(std::to_string(at::get_num_threads()), key);
   key = fnv1a(info.torch.version, key);
   for (const auto& g : info.cuda.gpus) key = fnv1a(g.name + "/" + std::to_string(g.index), key);
+  // A oneDNN ISA cap changes what the matmuls run on (and bf16's row); uncapped, the key is as before it was counted.
+  if (const auto& cap = info.cpu.onednn_cap) key = fnv1a(cap->variable + "=" + cap->value, key);
   // "-std": the standard measurement's file (its options recorded inside), apart from the files of bellows before it,
   // which another bellows on the machine may still read and write.
   return user_cache_dir() / fmt::format("peaks-std-{:016x}.json", key);

@@ -64,9 +64,15 @@ void recommend_cpu(const CpuInfo& cpu, int cores, std::vector<Recommendation>& o
 precision::DeviceFacts device_facts(const CpuInfo& cpu) {
   precision::DeviceFacts d;
   d.who = "CPU";
-  d.bf16 = cpu.isa.avx512_bf16 || cpu.isa.amx_bf16;
-  if (d.bf16) d.bf16_units = cpu_bf16_units(cpu.isa);
-  d.fp16 = cpu.isa.avx512_fp16;
+  const IsaFeatures usable = kernel_isa(cpu);  // what oneDNN may use in this process
+  d.bf16 = usable.avx512_bf16 || usable.amx_bf16;
+  if (d.bf16) {
+    d.bf16_units = cpu_bf16_units(usable);
+  } else if (cpu.isa.avx512_bf16 || cpu.isa.amx_bf16) {
+    d.no_bf16_why = fmt::format("CPU has {}, but {}={} keeps oneDNN's matmuls and convolutions off it", cpu_bf16_units(cpu.isa),
+                                cpu.onednn_cap->variable, cpu.onednn_cap->value);
+  }
+  d.fp16 = usable.avx512_fp16;
   return d;
 }
 

@@ -31,6 +31,25 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
 
 json optional_json(const auto& value) { return value ? json(*value) : json(nullptr); }
 
+json cap_json(const std::optional<OnednnIsaCap>& cap) {
+  if (!cap) return nullptr;
+  return {{"variable", cap->variable}, {"value", cap->value}, {"recognised", cap->recognised},
+          {"admits_avx512_bf16", cap->avx512_bf16}, {"admits_avx512_fp16", cap->avx512_fp16}, {"admits_amx", cap->amx}};
+}
+
+// "ONEDNN_MAX_CPU_ISA=AVX2: keeps oneDNN off avx512_bf16 amx_bf16 of this CPU", for the text report.
+std::string cap_text(const CpuInfo& cpu) {
+  const OnednnIsaCap& cap = *cpu.onednn_cap;
+  const std::string set = cap.variable + "=" + cap.value;
+  if (!cap.recognised) return set + ": not an ISA name oneDNN knows, so it sets no cap";
+  std::vector<std::string> off;
+  const auto all = cpu.isa.list(), usable = kernel_isa(cpu).list();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].second && !usable[i].second) off.push_back(all[i].first);
+  }
+  return set + (off.empty() ? ": admits every bf16, fp16 and AMX unit this CPU has" : ": keeps oneDNN's matmuls and convolutions off " + join(off, " "));
+}
+
 json to_json(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks) {
   const auto& cpu = info.cpu;
   json caches = json::array();
@@ -65,7 +84,7 @@ json to_json(const HardwareInfo& info, const std::vector<PeakMeasurement>& peaks
         {"stepping", cpu.stepping}, {"sockets", cpu.sockets}, {"physical_cores", cpu.physical_cores},
         {"logical_cores", cpu.logical_cores}, {"usable_cpus", cpu.usable_cpus},
         {"cgroup_cpu_limit", optional_json(cpu.cgroup_cpu_limit)}, {"numa_nodes", cpu.numa_nodes},
-        {"caches", caches}, {"isa", isa}}},
+        {"caches", caches}, {"isa", isa}, {"onednn_cap", cap_json(cpu.onednn_cap)}}},
       {"memory",
        {{"total_bytes", info.memory.total_bytes}, {"available_bytes", info.memory.available_bytes},
         {"cgroup_limit_bytes", optional_json(info.memory.cgroup_limit_bytes)}}},
@@ -132,6 +151,7 @@ std::string format_text(const HardwareInfo& info, const std::vector<PeakMeasurem
   row(out, "CPU kernels", fmt::format("{} (build supports up to {})", t.cpu_capability_runtime, t.cpu_capability_build));
   row(out, "BLAS", fmt::format("{}; LAPACK {}", t.blas, t.lapack));
   if (!t.onednn.empty()) row(out, "oneDNN", t.onednn);
+  if (cpu.onednn_cap) row(out, "oneDNN cap", cap_text(cpu));
   if (!t.openmp.empty()) row(out, "OpenMP", t.openmp);
   row(out, "threads", fmt::format("intra-op {}, inter-op {} ({})", t.intra_op_threads, t.inter_op_threads, t.parallel_backend));
 

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/hw/onednn_cap.h"
+
 namespace bellows::hw {
 
 // Instruction sets that matter for training kernels. A flag is true only when the CPU reports it (CPUID)
@@ -57,7 +59,12 @@ struct CpuInfo {
   int numa_nodes = 0;
   std::vector<CacheInfo> caches;
   IsaFeatures isa;
+  std::optional<OnednnIsaCap> onednn_cap;  // ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA, when this process sets one
 };
+
+// The ISA that LibTorch's matmuls and convolutions (oneDNN) may use in this process: `isa`, with AVX512_BF16,
+// AVX512_FP16 and AMX cleared where `onednn_cap` keeps oneDNN off them. What bf16's speed follows.
+IsaFeatures kernel_isa(const CpuInfo& cpu);
 
 struct MemoryInfo {
   std::int64_t total_bytes = 0;      // MemTotal

@@ -12,7 +12,7 @@
 
 namespace bellows::hw {
 
-inline constexpr int kSchemaVersion = 1;  // of the JSON report, docs/hw.schema.json
+inline constexpr int kSchemaVersion = 2;  // of the JSON report, docs/hw.schema.json
 
 struct HardwareInfo {
   std::string bellows_version;

@@ -27,6 +27,9 @@ struct DeviceFacts {
   std::string who;         // "GPU 0 (NVIDIA A100, compute capability 8.0)", or "CPU"
   bool bf16 = false;       // native bf16 products: a GPU's bf16 tensor cores (sm_80+), a CPU's AVX512_BF16 or AMX-BF16
   std::string bf16_units;  // a CPU's: "AMX-BF16 and AVX512_BF16", "AVX512_BF16", ...
+  // a CPU's reason, where bf16 is not native; hw::device_facts names the cap (ONEDNN_MAX_CPU_ISA) where one keeps
+  // oneDNN off the CPU's bf16 units
+  std::string no_bf16_why = "CPU lacks AVX512_BF16 and AMX-BF16";
   bool fp16 = false;       // a GPU's fp16 tensor cores (sm_70+); a CPU's AVX512_FP16
   bool tf32 = false;       // a GPU's TF32 tensor cores (sm_80+)
 };

@@ -15,7 +15,7 @@ PrecisionEntry bf16_mixed_policy() {
   e.caveat = [](const DeviceFacts& d) -> std::string {
     if (d.bf16) return "";
     return d.cuda ? "this GPU has no bf16 tensor cores (needs sm_80)"
-                  : "this CPU has no native bf16 (AVX512_BF16/AMX), so bf16 is emulated and may be slower than fp32";
+                  : d.no_bf16_why + ": no native bf16, so bf16 is emulated and may be slower than fp32";
   };
   e.auto_preference = 3;
   e.auto_reason = [](const DeviceFacts& d) -> std::optional<std::string> {

@@ -16,7 +16,7 @@ PrecisionEntry fp32_policy() {
   e.auto_preference = 1;  // always possible: the fallback
   e.auto_reason = [](const DeviceFacts& d) -> std::optional<std::string> {
     if (d.cuda) return d.who + " has no tensor cores (needs sm_70); mixed precision would not be faster";
-    return "CPU lacks AVX512_BF16 and AMX-BF16: bf16 would be converted in software and run slower than fp32";
+    return d.no_bf16_why + ": bf16 would be converted in software and run slower than fp32";
   };
   e.worth_trying = [](const DeviceFacts& d) { return !(d.cuda && d.tf32); };  // tf32 is tried instead where it exists
   return e;

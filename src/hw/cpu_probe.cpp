@@ -240,9 +240,10 @@ CpuInfo probe_cpu(const fs::path& root) {
 
 IsaFeatures kernel_isa(const CpuInfo& cpu) {
   IsaFeatures isa = cpu.isa;
-  if (cpu.onednn_cap && !cpu.onednn_cap->avx512_bf16) isa.avx512_bf16 = false;
-  if (cpu.onednn_cap && !cpu.onednn_cap->avx512_fp16) isa.avx512_fp16 = false;
-  if (cpu.onednn_cap && !cpu.onednn_cap->amx) isa.amx_tile = isa.amx_bf16 = isa.amx_int8 = false;
+  if (!cpu.onednn_cap) return isa;
+  isa.avx512_bf16 = isa.avx512_bf16 && cpu.onednn_cap->avx512_bf16;
+  isa.avx512_fp16 = isa.avx512_fp16 && cpu.onednn_cap->avx512_fp16;
+  if (!cpu.onednn_cap->amx) isa.amx_tile = isa.amx_bf16 = isa.amx_int8 = false;
   return isa;
 }
 

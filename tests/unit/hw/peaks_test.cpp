@@ -71,6 +71,19 @@ TEST(Peaks, NoHardwareSupportAndTheTimeBudget) {
   EXPECT_LT(seconds, 60.0) << "an 8192^3 fp32 product alone takes longer than this on the machines we know";
 }
 
+// Under a oneDNN cap below AVX512_CORE_BF16 the CPU's bf16 units are idle: bf16 is not timed, and the cap is named.
+TEST(Peaks, TheBf16PeakIsNotTimedUnderAOnednnCapAndSaysWhy) {
+  HardwareInfo info = HardwareInfo::probe(*make_no_gpu_probe());
+  info.cpu.isa.avx512_bf16 = true;
+  info.cpu.onednn_cap = onednn_isa_cap("AVX2", nullptr);
+  const auto peaks = measure_peaks(info, small_measurement(64, 0.02, 1));
+  ASSERT_EQ(peaks.size(), 3u);
+  EXPECT_EQ(peaks[1].name, "matmul_bf16");
+  EXPECT_FALSE(peaks[1].supported);
+  EXPECT_NE(peaks[1].method.find("no hardware support"), std::string::npos) << peaks[1].method;
+  EXPECT_NE(peaks[1].method.find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << peaks[1].method;
+}
+
 // A run that measures its machine's peaks (the first on a machine) must draw the same random numbers afterwards as
 // one that reads them from the cache: the measurement leaves the global generator alone.
 TEST(Peaks, MeasuringLeavesTheGlobalGeneratorAlone) {
